@@ -1,0 +1,141 @@
+// Package policy loads, validates and serves the limits and idempotency
+// settings that extauthz enforces.
+//
+// A policy is a file or a directory of YAML files. Each file is either in the
+// format of envoyproxy/ratelimit (a domain and nested descriptors), accepted
+// unchanged, with our additive fields (algorithm, burst, period, several
+// limits on one descriptor), or carries an `http` section: the routes,
+// tenant source, limits, exemptions and idempotency settings that the
+// ext_authz and ext_proc servers apply. It knows nothing of Envoy.
+package policy
+
+import (
+	"regexp"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// Policy is one validated, immutable snapshot of every loaded file.
+type Policy struct {
+	// Domains holds the descriptor trees by domain name.
+	Domains map[string]*Domain
+	// HTTP is the ext_authz / ext_proc policy; nil when no file has one.
+	HTTP *HTTP
+	// Files lists the files the snapshot was loaded from, sorted.
+	Files []string
+}
+
+// Domain is the descriptor tree of one domain.
+type Domain struct {
+	// Name is the domain Envoy's ratelimit filter sends.
+	Name string
+	// File is where the domain was defined.
+	File string
+
+	root *node
+}
+
+// node is one level of a descriptor tree.  (Layout owned by the loader.)
+type node struct{}
+
+// Rule is what a matched descriptor is limited by.
+type Rule struct {
+	// ID is a stable name for metrics: domain and the matched key/value
+	// path, e.g. "api.tenant.route_/orders" (values only when detailed_metric).
+	ID string
+	// Name is rate_limit.name, the handle `replaces` refers to; optional.
+	Name string
+	// Limits all apply and must all admit; empty when Unlimited.
+	Limits []ratelimit.Limit
+	// Unlimited rules match but are never counted.
+	Unlimited bool
+	// ShadowMode rules are counted, but an over-limit result is answered OK.
+	ShadowMode bool
+	// Replaces names the rules this one drops from the same request.
+	Replaces []string
+	// DetailedMetric puts the descriptor's values into metric labels.
+	DetailedMetric bool
+	// ShareThreshold makes all values matching a wildcard share one counter.
+	ShareThreshold bool
+}
+
+// Match is the result of matching a request descriptor against a Domain.
+type Match struct {
+	// Rule is the deepest node with a limit that matched.
+	Rule *Rule
+	// KeyEntries are the entries that identify the counter: the request's
+	// entries, with wildcard patterns instead of values when ShareThreshold.
+	KeyEntries []ratelimit.Entry
+}
+
+// HTTP is the policy of the ext_authz and ext_proc servers.
+type HTTP struct {
+	// Tenant says where a request's tenant comes from.
+	Tenant TenantSource
+	// Exempt requests skip the HTTP rate limits (health checks, internal callers).
+	Exempt Exemptions
+	// Routes are tried in order; the first that matches applies.
+	Routes []*Route
+}
+
+// TenantSource names where the tenant of an HTTP request is read from; the
+// first source that yields a non-empty value wins, else Default.
+type TenantSource struct {
+	// Header is a request header set by an authenticating filter, e.g. x-tenant-id.
+	Header string
+	// Principal takes the mTLS peer principal (SPIFFE ID) when true.
+	Principal bool
+	// ContextExtension is a key of the route's ext_authz context_extensions.
+	ContextExtension string
+	// Default is the scope of requests without a tenant.
+	Default string
+}
+
+// Exemptions lists requests that no HTTP rate limit applies to.
+type Exemptions struct {
+	// PathPrefixes exempts requests whose path starts with one of these.
+	PathPrefixes []string
+	// Headers exempts requests carrying one of these headers with this exact value.
+	Headers map[string]string
+	// Principals exempts requests from these mTLS principals.
+	Principals []string
+}
+
+// Route is the HTTP policy of the requests it matches.
+type Route struct {
+	// Name identifies the route in keys, metrics and logs.
+	Name string
+	// Methods the route matches; empty matches every method.
+	Methods []string
+	// Limits are the route's HTTP rate limits, per tenant; all must admit.
+	Limits []ratelimit.Limit
+	// Idempotency is nil when the route does not use Idempotency-Key.
+	Idempotency *Idempotency
+
+	pathPrefix string
+	pathRegex  *regexp.Regexp
+}
+
+// Idempotency is a route's Idempotency-Key settings.
+type Idempotency struct {
+	// Methods the Idempotency-Key applies to; default POST and PATCH.
+	Methods []string
+	// KeyRequired answers 400 to a request without a key.
+	KeyRequired bool
+	// LeaseTTL bounds how long a request may hold the key (default 30s).
+	LeaseTTL time.Duration
+	// RecordTTL is how long a completed response is replayed (default 24h).
+	RecordTTL time.Duration
+	// StoreStatuses are the upstream statuses stored as COMPLETED; default
+	// every 2xx. Entries are codes or classes ("2xx", "4xx", "409").
+	StoreStatuses []string
+	// MaxBodyBytes caps a stored response body (default 1 MiB).
+	MaxBodyBytes int64
+	// ReplayHeaders is the allow-list of response headers replayed.
+	ReplayHeaders []string
+	// FingerprintHeaders are request headers hashed into the fingerprint.
+	FingerprintHeaders []string
+	// FailClosed answers 503 when the store is down; default admits without a lease.
+	FailClosed bool
+}

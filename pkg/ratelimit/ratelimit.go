@@ -1,0 +1,147 @@
+// Package ratelimit decides whether a caller is within its allowance.
+//
+// It knows nothing of Envoy or gRPC: callers name a key (see Key), the limits
+// that apply to it and how many hits the request costs, and get back one
+// Result per limit. Being over the limit is a Result, never an error; an
+// error means the backing store failed, and what to do then (fail open or
+// closed) is decided by the caller.
+//
+// Four algorithms are offered (see Algorithm). All of them compute in integer
+// microseconds so that the in-process implementations in this package and the
+// Lua scripts of the Redis store give the same answers for the same calls.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm.
+type Algorithm string
+
+// The supported algorithms. The zero value means GCRA.
+const (
+	// GCRA is a token bucket computed as the Generic Cell Rate Algorithm:
+	// bursts up to Limit.Burst, then one request per Period/Requests.
+	GCRA Algorithm = "gcra"
+	// SlidingLog keeps the timestamp of every admitted request: an exact
+	// rolling window, memory O(Requests) per key.
+	SlidingLog Algorithm = "sliding_log"
+	// SlidingWindow weights the previous fixed window by its overlap with
+	// the rolling window: approximate, O(1) state.
+	SlidingWindow Algorithm = "sliding_window"
+	// FixedWindow counts per window aligned to the Unix epoch, as
+	// envoyproxy/ratelimit does; it admits up to 2x Requests across an edge.
+	FixedWindow Algorithm = "fixed_window"
+)
+
+// Algorithms lists every supported algorithm, default first.
+var Algorithms = []Algorithm{GCRA, SlidingLog, SlidingWindow, FixedWindow}
+
+// Valid reports whether a names a supported algorithm (the empty name is GCRA).
+func (a Algorithm) Valid() bool {
+	switch a {
+	case "", GCRA, SlidingLog, SlidingWindow, FixedWindow:
+		return true
+	}
+	return false
+}
+
+// OrDefault returns a, or GCRA when a is empty.
+func (a Algorithm) OrDefault() Algorithm {
+	if a == "" {
+		return GCRA
+	}
+	return a
+}
+
+// Limit is one allowance: Requests per Period, decided by Algorithm.
+type Limit struct {
+	// Name labels the limit in headers and metrics; optional.
+	Name string
+	// Algorithm decides how hits are counted; empty means GCRA.
+	Algorithm Algorithm
+	// Requests is how many hits are admitted per Period; at least 1.
+	Requests int64
+	// Period is the window (or, for GCRA, the time to refill Requests);
+	// at least one millisecond, a whole number of milliseconds.
+	Period time.Duration
+	// Burst is, for GCRA only, how many hits may be admitted at once;
+	// zero means Requests. Other algorithms ignore it.
+	Burst int64
+}
+
+// Validate reports what is wrong with l, or nil.
+func (l Limit) Validate() error {
+	switch {
+	case !l.Algorithm.Valid():
+		return fmt.Errorf("%w: unknown algorithm %q", ErrInvalidLimit, l.Algorithm)
+	case l.Requests < 1:
+		return fmt.Errorf("%w: requests must be at least 1, got %d", ErrInvalidLimit, l.Requests)
+	case l.Period < time.Millisecond || l.Period%time.Millisecond != 0:
+		return fmt.Errorf("%w: period must be a whole number of milliseconds, at least 1ms, got %s", ErrInvalidLimit, l.Period)
+	case l.Burst < 0:
+		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+	}
+	return nil
+}
+
+// Result is the outcome of one limit for one request.
+type Result struct {
+	// Allowed is true when the hits were admitted by this limit.
+	Allowed bool
+	// Limit is the quota reported to clients: Requests (Burst for GCRA when larger).
+	Limit int64
+	// Remaining is how many more hits would be admitted right now.
+	Remaining int64
+	// ResetAfter is the time until the state is back to empty (window end,
+	// or a full bucket).
+	ResetAfter time.Duration
+	// RetryAfter is, when not allowed, the time until the same hits could be
+	// admitted; zero when allowed.
+	RetryAfter time.Duration
+}
+
+// Request is one decision over one key: every limit in Limits must admit
+// Hits, or none of them is charged.
+type Request struct {
+	// Key identifies the caller; build it with Key.
+	Key string
+	// Limits all apply to Key; at least one, no two with the same
+	// algorithm and period.
+	Limits []Limit
+	// Hits is the cost of the request; 0 checks without consuming.
+	Hits int64
+}
+
+// Decision is the outcome of one Request.
+type Decision struct {
+	// Allowed is true when every limit admitted the hits (and all were charged).
+	Allowed bool
+	// Results holds one Result per Request.Limits, in the same order.
+	Results []Result
+}
+
+// Store decides requests against shared state. Implementations are safe for
+// concurrent use. Errors are backend failures only, never "over limit".
+type Store interface {
+	// Allow decides one limit for one key.
+	Allow(ctx context.Context, key string, limit Limit, hits int64) (Result, error)
+	// AllowBatch decides independent requests at once, in one round trip
+	// per backend node; the i-th Decision answers reqs[i].
+	AllowBatch(ctx context.Context, reqs []Request) ([]Decision, error)
+	// Close releases the store's resources; it is safe to call twice.
+	Close() error
+}
+
+// Errors callers branch on.
+var (
+	// ErrInvalidLimit means a Limit failed validation.
+	ErrInvalidLimit = errors.New("invalid limit")
+	// ErrInvalidHits means a negative hit count.
+	ErrInvalidHits = errors.New("invalid hits")
+	// ErrClosed means the store was used after Close.
+	ErrClosed = errors.New("store closed")
+)
