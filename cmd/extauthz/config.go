@@ -1,0 +1,46 @@
+package main
+
+import (
+	"time"
+)
+
+// Config is the service's configuration, read from EXTAUTHZ_* environment
+// variables by envconfig. Field comments state the defaults; the README's
+// table lists the same variables and must stay in step with this struct.
+type Config struct {
+	// GRPCAddr serves RLS, ext_authz, ext_proc, health and reflection.
+	GRPCAddr string `envconfig:"GRPC_ADDR" default:":9001"`
+	// HTTPAddr serves /metrics, /healthz and /readyz.
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9090"`
+	// Config is the policy file or directory; empty uses no policy.
+	Config string `envconfig:"CONFIG" default:""`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
+	// ShutdownTimeout bounds the drain of in-flight calls on SIGTERM.
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
+	// RLSTenantKey is the descriptor entry key read as the tenant; empty disables.
+	RLSTenantKey string `envconfig:"RLS_TENANT_KEY" default:"tenant"`
+
+	// RedisURL selects the Redis store (redis:// or rediss://); empty uses the embedded memory store.
+	RedisURL string `envconfig:"REDIS_URL" default:""`
+	// RedisCluster treats the URL's hosts as Redis Cluster seed nodes.
+	RedisCluster bool `envconfig:"REDIS_CLUSTER" default:"false"`
+	// RedisPoolSize is the connection pool size per node; 0 is go-redis's default.
+	RedisPoolSize int `envconfig:"REDIS_POOL_SIZE" default:"0"`
+	// RedisDialTimeout bounds connecting to Redis.
+	RedisDialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT" default:"200ms"`
+	// RedisReadTimeout bounds one Redis read.
+	RedisReadTimeout time.Duration `envconfig:"REDIS_READ_TIMEOUT" default:"50ms"`
+	// RedisWriteTimeout bounds one Redis write.
+	RedisWriteTimeout time.Duration `envconfig:"REDIS_WRITE_TIMEOUT" default:"50ms"`
+	// RedisTLSInsecureSkipVerify skips server certificate checks (rediss:// only; testing).
+	RedisTLSInsecureSkipVerify bool `envconfig:"REDIS_TLS_INSECURE_SKIP_VERIFY" default:"false"`
+	// RedisTLSCAFile is a PEM bundle used to verify the Redis server (rediss://).
+	RedisTLSCAFile string `envconfig:"REDIS_TLS_CA_FILE" default:""`
+	// FailureMode is open (fall back to the in-process store) or closed (deny) when Redis fails.
+	FailureMode string `envconfig:"FAILURE_MODE" default:"open"`
+	// KeyPrefix starts every Redis key.
+	KeyPrefix string `envconfig:"KEY_PREFIX" default:"xa"`
+	// LocalCache answers keys known to be over limit without Redis until their reset.
+	LocalCache bool `envconfig:"LOCAL_CACHE" default:"true"`
+}
