@@ -1,0 +1,130 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// State is the stored state of one limit on one key, as the in-process
+// algorithms keep it (the Redis store keeps the same information in Redis
+// types; see docs/algorithms.md). Each algorithm uses only some fields; the
+// zero State is the empty state of every algorithm.
+type State struct {
+	// Expires is the instant, in microseconds since the Unix epoch, from
+	// which the state is equivalent to the empty state: a store may forget
+	// it then without changing any decision. Zero means empty.
+	Expires int64
+	// TAT is gcra's theoretical arrival time, µs since the epoch.
+	TAT int64
+	// Window is the index (floor(now / Period)) of the window Count belongs
+	// to, for fixed_window and sliding_window.
+	Window int64
+	// Count is the hits counted in Window (fixed_window, sliding_window), or
+	// the total hits held in Log (sliding_log).
+	Count int64
+	// Prev is, for sliding_window, the hits counted in Window-1.
+	Prev int64
+	// Log holds sliding_log's admitted hits, oldest first. A State returned
+	// by Decide may share Log's memory with the State passed in: store at
+	// most one of the States computed from the same input.
+	Log []LogRun
+}
+
+// LogRun is N hits admitted at the same instant by sliding_log.
+type LogRun struct {
+	// At is when the hits were admitted, µs since the epoch.
+	At int64
+	// N is how many hits were admitted at At; at least 1.
+	N int64
+}
+
+// Decide applies hits at now (µs since the Unix epoch) to s under l and
+// returns the Result and the state to store if the hits are to be charged.
+// Decide is pure: it neither keeps nor modifies s. A caller deciding several
+// limits for one request stores the next states only when every Result is
+// Allowed and hits > 0; a denied Result or hits == 0 never needs a write.
+//
+// Errors: ErrInvalidLimit when l fails Validate, ErrInvalidHits when hits is
+// negative. The semantics are those of docs/algorithms.md, shared with the
+// Redis store's scripts.
+func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, s, err
+	}
+	if hits < 0 {
+		return Result{}, s, fmt.Errorf("%w: %d is negative", ErrInvalidHits, hits)
+	}
+	if s.Expires <= now {
+		s = State{}
+	}
+	var res Result
+	switch l.Algorithm {
+	case SlidingLog:
+		res, s = slidingLog(l, now, s, hits)
+	case SlidingWindow:
+		res, s = slidingWindow(l, now, s, hits)
+	case FixedWindow:
+		res, s = fixedWindow(l, now, s, hits)
+	default:
+		res, s = gcra(l, now, s, hits)
+	}
+	return res, s, nil
+}
+
+// periodMicros returns l.Period in microseconds (Validate ensures >= 1000).
+func periodMicros(l Limit) int64 { return l.Period.Microseconds() }
+
+// micros converts a span of microseconds to a Duration, saturating instead
+// of overflowing (a Duration holds about 292 years) and never negative.
+func micros(us int64) time.Duration {
+	switch {
+	case us <= 0:
+		return 0
+	case us > math.MaxInt64/int64(time.Microsecond):
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// floorDiv is a / b rounded towards negative infinity (b > 0), so that
+// window indexes stay correct for instants before the epoch.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// addSat and mulSat saturate at the int64 range. The Redis scripts compute in
+// doubles; the two agree as long as every value stays below 2^53 µs (about
+// 285 years), far beyond any sensible limit, and the Go side cannot wrap.
+func addSat(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
+}
+
+func subSat(a, b int64) int64 {
+	if b == math.MinInt64 {
+		return addSat(addSat(a, math.MaxInt64), 1)
+	}
+	return addSat(a, -b)
+}
+
+// mulSat multiplies non-negative a and b, saturating at math.MaxInt64.
+func mulSat(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
