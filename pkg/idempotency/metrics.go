@@ -1,0 +1,106 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Event names an idempotency outcome counted in metrics.
+type Event string
+
+// The counted events (label values of extauthz_idempotency_events_total).
+const (
+	EventAcquired    Event = "acquired"     // a lease was taken; the request goes upstream
+	EventReplayed    Event = "replayed"     // a stored response was replayed
+	EventConflict    Event = "conflict"     // 409: the key is in flight
+	EventMismatch    Event = "mismatch"     // 422: the key was used with another request
+	EventMissing     Event = "missing"      // 400: a required key is absent
+	EventMalformed   Event = "malformed"    // 400: the key is not valid
+	EventStored      Event = "stored"       // the upstream's response was stored
+	EventReleased    Event = "released"     // the lease was released: a retry runs again
+	EventKept        Event = "kept"         // unknown outcome: the lease is left to expire
+	EventTooLarge    Event = "too_large"    // the response exceeded the cap: released
+	EventLeaseLost   Event = "lease_lost"   // fencing refused a stale owner
+	EventStoreError  Event = "store_error"  // the store failed
+	EventFailOpen    Event = "fail_open"    // store failed; admitted without a lease
+	EventUnavailable Event = "unavailable"  // store failed; answered 503 (fail-closed)
+	EventSkipped     Event = "skipped"      // a local reply was not stored
+	EventBodyTooBig  Event = "request_body" // the request body could not be fingerprinted
+)
+
+var allEvents = []Event{
+	EventAcquired, EventReplayed, EventConflict, EventMismatch, EventMissing, EventMalformed,
+	EventStored, EventReleased, EventKept, EventTooLarge, EventLeaseLost, EventStoreError,
+	EventFailOpen, EventUnavailable, EventSkipped, EventBodyTooBig,
+}
+
+// The APIs that report metrics (label values of "api").
+const (
+	APIAuthz   = "authz"
+	APIExtProc = "extproc"
+)
+
+// Metrics counts idempotency events and times decisions, per API. Several
+// servers may share one registry: NewMetrics reuses collectors that are
+// already registered there.
+type Metrics struct {
+	events   *prometheus.CounterVec
+	decision *prometheus.HistogramVec
+}
+
+// NewMetrics registers the idempotency metrics on reg (never the global
+// registry unless the caller passes it).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("idempotency metrics: nil registerer")
+	}
+	ev := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "extauthz_idempotency_events_total",
+		Help: "Idempotency-Key outcomes by API (authz, extproc) and event.",
+	}, []string{"api", "event"})
+	dec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "extauthz_idempotency_decision_seconds",
+		Help:    "Time to take one idempotency decision (store round trips included), by API.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"api"})
+	var err error
+	if ev, err = register(reg, ev); err != nil {
+		return nil, err
+	}
+	if dec, err = register(reg, dec); err != nil {
+		return nil, err
+	}
+	for _, api := range []string{APIAuthz, APIExtProc} {
+		for _, e := range allEvents {
+			ev.WithLabelValues(api, string(e))
+		}
+	}
+	return &Metrics{events: ev, decision: dec}, nil
+}
+
+// register registers c, or returns the collector of the same description
+// already registered (shared between servers).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("idempotency metrics: %w", err)
+}
+
+// Count adds one event for api.
+func (m *Metrics) Count(api string, e Event) { m.events.WithLabelValues(api, string(e)).Inc() }
+
+// ObserveDecision records how long one decision of api took.
+func (m *Metrics) ObserveDecision(api string, d time.Duration) {
+	m.decision.WithLabelValues(api).Observe(d.Seconds())
+}
