@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// client sends the tests' requests to Envoy; keep-alive on, as real clients.
+var client = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true},
+}
+
+// reply is a fully read HTTP response.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// req describes one request; headers are set verbatim.
+type req struct {
+	method string
+	path   string
+	header map[string]string
+	body   []byte
+}
+
+// do sends r through Envoy and reads the whole reply.
+func (s *stack) do(t testing.TB, r req) reply {
+	t.Helper()
+	rep, err := s.try(r)
+	if err != nil {
+		t.Fatalf("%s %s: %v", r.method, r.path, err)
+	}
+	return rep
+}
+
+// try is do without failing the test (for goroutines and expected errors).
+func (s *stack) try(r req) (reply, error) {
+	if r.method == "" {
+		r.method = http.MethodGet
+	}
+	hr, err := http.NewRequest(r.method, s.url+r.path, bytes.NewReader(r.body))
+	if err != nil {
+		return reply{}, err
+	}
+	for k, v := range r.header {
+		hr.Header.Set(k, v)
+	}
+	resp, err := client.Do(hr)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{status: resp.StatusCode, header: resp.Header}, fmt.Errorf("read body: %w", err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+func (r reply) String() string {
+	return fmt.Sprintf("%d %v %q", r.status, r.header, truncate(r.body, 300))
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// uniq returns a random name with a prefix, for tenants and keys per test.
+func uniq(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// envoyStat reads one counter from Envoy's admin /stats (0 when absent).
+func (s *stack) envoyStat(t testing.TB, name string) int {
+	t.Helper()
+	resp, err := probeClient.Get(s.admin + "/stats?filter=^" + strings.ReplaceAll(name, ".", `\.`) + "$")
+	if err != nil {
+		t.Fatalf("envoy stats: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if ok && k == name {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}

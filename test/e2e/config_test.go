@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// envoyFiles lists every configuration users copy.
+func envoyFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(deps.root, "envoy", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no envoy/*.yaml: %v", err)
+	}
+	return files
+}
+
+// validate runs envoy --mode validate on a file.
+func validate(t *testing.T, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, deps.envoy, "--mode", "validate", "-c", path,
+		"--disable-hot-restart", "--log-level", "warn").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("envoy --mode validate -c %s: %v\n%s", path, err, out)
+	}
+}
+
+// Every file in envoy/ is accepted by the real binary as it stands, and so
+// is its rendering for the tests (with and without the extauthz filters).
+func TestEnvoyConfigsValidate(t *testing.T) {
+	needEnvoy(t)
+	for _, f := range envoyFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			validate(t, f)
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, strip := range []bool{false, true} {
+				out, err := renderEnvoy(src, testSpec(filepath.Base(f), strip))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := filepath.Join(t.TempDir(), "rendered.yaml")
+				if err := os.WriteFile(p, out, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				validate(t, p)
+			}
+		})
+	}
+}
+
+func testSpec(config string, strip bool) renderSpec {
+	return renderSpec{
+		adminPort:     19901,
+		listenerPorts: map[string]int{listenerName(config): 19000},
+		endpoints: map[string][]string{
+			"extauthz": {"127.0.0.1:19001", "127.0.0.1:19002"},
+			"upstream": {"127.0.0.1:19080"},
+		},
+		stripFilters: strip,
+	}
+}
+
+// Rendering leaves no DNS name, no non-loopback address and no original
+// port behind, and keeps every filter unless asked to strip them.
+func TestRenderEnvoy(t *testing.T) {
+	for _, f := range envoyFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := renderEnvoy(src, testSpec(filepath.Base(f), false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc any
+			if err := yaml.Unmarshal(out, &doc); err != nil {
+				t.Fatal(err)
+			}
+			addrs := collect(doc, "socket_address")
+			if len(addrs) != 5 { // admin, listener, 2 extauthz, upstream
+				t.Fatalf("socket addresses: got %d, want 5: %v", len(addrs), addrs)
+			}
+			for _, a := range addrs {
+				m := a.(map[string]any)
+				if m["address"] != "127.0.0.1" {
+					t.Errorf("address %v not substituted", m)
+				}
+				if p, _ := m["port_value"].(int); p < 19000 || p > 19901 {
+					t.Errorf("port %v not substituted", m)
+				}
+			}
+			filters := collect(doc, "http_filters")
+			if len(filters) != 1 || len(filters[0].([]any)) != 4 {
+				t.Errorf("http_filters changed: %v", filters)
+			}
+			stripped, err := renderEnvoy(src, testSpec(filepath.Base(f), true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(stripped), "ext_authz.v3.ExtAuthz\"") || strings.Contains(string(stripped), "rate_limits") {
+				t.Errorf("stripped config still has extauthz filters")
+			}
+		})
+	}
+}
+
+// A cluster the test does not know is an error, not a silent DNS lookup.
+func TestRenderEnvoyUnknownCluster(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", "front-proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec("front-proxy.yaml", false)
+	delete(spec.endpoints, "upstream")
+	if _, err := renderEnvoy(src, spec); err == nil || !strings.Contains(err.Error(), `cluster "upstream"`) {
+		t.Fatalf("err = %v, want one naming cluster \"upstream\"", err)
+	}
+}
+
+// collect returns every value stored under key anywhere in doc.
+func collect(doc any, key string) []any {
+	var out []any
+	switch v := doc.(type) {
+	case map[string]any:
+		for k, val := range v {
+			if k == key {
+				out = append(out, val)
+			}
+			out = append(out, collect(val, key)...)
+		}
+	case []any:
+		for _, e := range v {
+			out = append(out, collect(e, key)...)
+		}
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// renderSpec says what to substitute in an envoy/ configuration so that it
+// runs on loopback in a test. Nothing else in the file changes, except that
+// stripFilters (the latency baseline) keeps only the router.
+type renderSpec struct {
+	// adminPort replaces the admin port (the address becomes 127.0.0.1).
+	adminPort int
+	// listenerPorts maps each listener's name to its port; every listener
+	// must be named here (the address becomes 127.0.0.1).
+	listenerPorts map[string]int
+	// endpoints maps each cluster's name to host:port endpoints that replace
+	// its load_assignment; every cluster must be named here.
+	endpoints map[string][]string
+	// stripFilters drops every HTTP filter but the router: the same Envoy
+	// without extauthz, for latency comparisons.
+	stripFilters bool
+}
+
+var errRender = errors.New("render envoy config")
+
+// renderEnvoy parses an Envoy YAML configuration and returns it with the
+// substitutions of spec applied. It fails when the file has a listener or a
+// cluster the spec does not name, so a new cluster added to envoy/ cannot
+// silently point a test at a DNS name.
+func renderEnvoy(src []byte, spec renderSpec) ([]byte, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		return nil, fmt.Errorf("%w: %v", errRender, err)
+	}
+	if err := setSocket(doc, spec.adminPort, "admin", "address", "socket_address"); err != nil {
+		return nil, err
+	}
+	res, _ := doc["static_resources"].(map[string]any)
+	if res == nil {
+		return nil, fmt.Errorf("%w: no static_resources", errRender)
+	}
+	if err := renderListeners(res, spec); err != nil {
+		return nil, err
+	}
+	if err := renderClusters(res, spec.endpoints); err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(doc)
+}
+
+func renderListeners(res map[string]any, spec renderSpec) error {
+	listeners, _ := res["listeners"].([]any)
+	seen := 0
+	for _, l := range listeners {
+		lm, _ := l.(map[string]any)
+		name, _ := lm["name"].(string)
+		port, ok := spec.listenerPorts[name]
+		if !ok {
+			return fmt.Errorf("%w: listener %q has no port in the test", errRender, name)
+		}
+		if err := setSocket(lm, port, "address", "socket_address"); err != nil {
+			return fmt.Errorf("listener %q: %w", name, err)
+		}
+		if spec.stripFilters {
+			if err := stripHTTPFilters(lm); err != nil {
+				return fmt.Errorf("listener %q: %w", name, err)
+			}
+		}
+		seen++
+	}
+	if seen != len(spec.listenerPorts) {
+		return fmt.Errorf("%w: %d listeners in the file, %d in the test", errRender, seen, len(spec.listenerPorts))
+	}
+	return nil
+}
+
+func renderClusters(res map[string]any, endpoints map[string][]string) error {
+	clusters, _ := res["clusters"].([]any)
+	seen := 0
+	for _, c := range clusters {
+		cm, _ := c.(map[string]any)
+		name, _ := cm["name"].(string)
+		eps, ok := endpoints[name]
+		if !ok {
+			return fmt.Errorf("%w: cluster %q has no endpoints in the test", errRender, name)
+		}
+		la, err := loadAssignment(name, eps)
+		if err != nil {
+			return err
+		}
+		cm["load_assignment"] = la
+		seen++
+	}
+	if seen != len(endpoints) {
+		return fmt.Errorf("%w: %d clusters in the file, %d in the test", errRender, seen, len(endpoints))
+	}
+	return nil
+}
+
+func loadAssignment(cluster string, eps []string) (map[string]any, error) {
+	var lbs []any
+	for _, ep := range eps {
+		host, portStr, err := net.SplitHostPort(ep)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cluster %q: %v", errRender, cluster, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cluster %q: port %q", errRender, cluster, portStr)
+		}
+		lbs = append(lbs, map[string]any{"endpoint": map[string]any{"address": map[string]any{
+			"socket_address": map[string]any{"address": host, "port_value": port},
+		}}})
+	}
+	return map[string]any{
+		"cluster_name": cluster,
+		"endpoints":    []any{map[string]any{"lb_endpoints": lbs}},
+	}, nil
+}
+
+// setSocket sets 127.0.0.1:port on the socket_address found under path.
+func setSocket(m map[string]any, port int, path ...string) error {
+	cur := m
+	for _, p := range path {
+		next, _ := cur[p].(map[string]any)
+		if next == nil {
+			return fmt.Errorf("%w: no %v", errRender, path)
+		}
+		cur = next
+	}
+	cur["address"] = "127.0.0.1"
+	cur["port_value"] = port
+	return nil
+}
+
+// stripHTTPFilters keeps only envoy.filters.http.router in every HTTP
+// connection manager of the listener. Per-route configs of removed filters
+// stay; Envoy ignores configs of filters that are not in the chain... except
+// it does not, so they are removed from every route and virtual host too.
+func stripHTTPFilters(listener map[string]any) error {
+	chains, _ := listener["filter_chains"].([]any)
+	for _, ch := range chains {
+		chm, _ := ch.(map[string]any)
+		filters, _ := chm["filters"].([]any)
+		for _, f := range filters {
+			fm, _ := f.(map[string]any)
+			hcm, _ := fm["typed_config"].(map[string]any)
+			if hcm == nil || fm["name"] != "envoy.filters.network.http_connection_manager" {
+				continue
+			}
+			var kept []any
+			for _, hf := range asSlice(hcm["http_filters"]) {
+				if m, _ := hf.(map[string]any); m != nil && m["name"] == "envoy.filters.http.router" {
+					kept = append(kept, hf)
+				}
+			}
+			if len(kept) != 1 {
+				return fmt.Errorf("%w: no router filter", errRender)
+			}
+			hcm["http_filters"] = kept
+			stripRouteFilterConfigs(hcm)
+		}
+	}
+	return nil
+}
+
+func stripRouteFilterConfigs(hcm map[string]any) {
+	rc, _ := hcm["route_config"].(map[string]any)
+	for _, vh := range asSlice(rc["virtual_hosts"]) {
+		vhm, _ := vh.(map[string]any)
+		delete(vhm, "typed_per_filter_config")
+		for _, r := range asSlice(vhm["routes"]) {
+			rm, _ := r.(map[string]any)
+			delete(rm, "typed_per_filter_config")
+			if ra, _ := rm["route"].(map[string]any); ra != nil {
+				delete(ra, "rate_limits")
+			}
+		}
+	}
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}

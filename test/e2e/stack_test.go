@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/extauthz/extauthz/internal/redistest"
+	"github.com/extauthz/extauthz/test/e2e/upstream"
+)
+
+// stackOpts chooses what a stack runs; the zero value is the default stack:
+// envoy/front-proxy.yaml, two extauthz replicas on one Redis, the test policy.
+type stackOpts struct {
+	// config is a file in envoy/ (default front-proxy.yaml).
+	config string
+	// replicas is the number of extauthz processes (default 2).
+	replicas int
+	// env adds EXTAUTHZ_* variables to every replica.
+	env []string
+	// policy is the policy directory (default testdata/policy).
+	policy string
+	// stripFilters runs Envoy with the router only (latency baseline).
+	stripFilters bool
+	// noExtauthz starts Envoy without extauthz replicas: the cluster points
+	// at closed ports (and Redis is not started).
+	noExtauthz bool
+}
+
+// stack is one running Envoy + extauthz replicas + Redis + upstream.
+type stack struct {
+	t        testing.TB
+	dir      string
+	opts     stackOpts
+	redis    *redistest.Server
+	replicas []*replica
+	up       *upstream.Server
+	upAddr   string
+	envoy    *proc
+	// url is the Envoy listener, e.g. http://127.0.0.1:34567.
+	url string
+	// admin is Envoy's admin address.
+	admin string
+}
+
+// replica is one extauthz process.
+type replica struct {
+	*proc
+	grpcAddr, httpAddr string
+}
+
+// newStack starts a stack and stops it when the test ends; logs of every
+// process are printed when the test failed.
+func newStack(t testing.TB, opts stackOpts) *stack {
+	t.Helper()
+	needEnvoy(t)
+	if !opts.noExtauthz {
+		needExtauthz(t)
+	}
+	if opts.config == "" {
+		opts.config = "front-proxy.yaml"
+	}
+	if opts.replicas == 0 {
+		opts.replicas = 2
+	}
+	if opts.policy == "" {
+		opts.policy = filepath.Join(deps.root, "test", "e2e", "testdata", "policy")
+	}
+	s := &stack{t: t, dir: t.TempDir(), opts: opts}
+	t.Cleanup(s.printLogsOnFailure)
+	s.startUpstream()
+	grpcAddrs := s.startExtauthz()
+	s.startEnvoy(grpcAddrs)
+	return s
+}
+
+func (s *stack) startUpstream() {
+	s.up = upstream.New()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.t.Fatalf("upstream: %v", err)
+	}
+	srv := &http.Server{Handler: s.up, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	s.t.Cleanup(func() { _ = srv.Close() })
+	s.upAddr = l.Addr().String()
+}
+
+// startExtauthz starts Redis and the replicas; it returns the gRPC addresses
+// for Envoy's extauthz cluster.
+func (s *stack) startExtauthz() []string {
+	if s.opts.noExtauthz {
+		return []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))}
+	}
+	s.redis = redistest.Standalone(s.t)
+	var addrs []string
+	for i := 0; i < s.opts.replicas; i++ {
+		r := s.startReplica(i, "")
+		addrs = append(addrs, r.grpcAddr)
+	}
+	return addrs
+}
+
+// startReplica starts replica i on grpcAddr ("" picks a free port) and waits
+// until its /readyz answers 200.
+func (s *stack) startReplica(i int, grpcAddr string) *replica {
+	s.t.Helper()
+	if grpcAddr == "" {
+		grpcAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))
+	}
+	r := &replica{grpcAddr: grpcAddr, httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))}
+	env := append([]string{
+		"EXTAUTHZ_GRPC_ADDR=" + r.grpcAddr,
+		"EXTAUTHZ_HTTP_ADDR=" + r.httpAddr,
+		"EXTAUTHZ_CONFIG=" + s.opts.policy,
+		"EXTAUTHZ_REDIS_URL=" + s.redis.URL,
+		"EXTAUTHZ_LOG_LEVEL=debug",
+		"EXTAUTHZ_SHUTDOWN_TIMEOUT=2s",
+	}, s.opts.env...)
+	name := fmt.Sprintf("extauthz-%d", i)
+	if i < len(s.replicas) {
+		name = fmt.Sprintf("extauthz-%d-restart-%d", i, time.Now().UnixNano())
+	}
+	r.proc = startProc(s.t, s.dir, name, deps.extauthz, nil, env)
+	s.t.Cleanup(func() { r.stop(5 * time.Second) })
+	if err := waitFor(r.proc, 15*time.Second, func() error { return httpOK("http://" + r.httpAddr + "/readyz") }); err != nil {
+		s.t.Fatalf("%s: %v\n%s", name, err, r.tail(50))
+	}
+	if i < len(s.replicas) {
+		s.replicas[i] = r
+	} else {
+		s.replicas = append(s.replicas, r)
+	}
+	return r
+}
+
+func (s *stack) startEnvoy(extauthzAddrs []string) {
+	s.t.Helper()
+	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", s.opts.config))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	listener, admin := freePort(s.t), freePort(s.t)
+	cfg, err := renderEnvoy(src, renderSpec{
+		adminPort:     admin,
+		listenerPorts: map[string]int{listenerName(s.opts.config): listener},
+		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "upstream": {s.upAddr}},
+		stripFilters:  s.opts.stripFilters,
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cfgPath := filepath.Join(s.dir, "envoy.yaml")
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	s.url = fmt.Sprintf("http://127.0.0.1:%d", listener)
+	s.admin = fmt.Sprintf("http://127.0.0.1:%d", admin)
+	s.envoy = startProc(s.t, s.dir, "envoy", deps.envoy, []string{
+		"-c", cfgPath, "--disable-hot-restart", "--concurrency", "2",
+		"--log-level", "info", "--log-path", filepath.Join(s.dir, "envoy-server.log"),
+		"--drain-time-s", "1",
+	}, nil)
+	s.t.Cleanup(func() { s.envoy.stop(5 * time.Second) })
+	if err := waitFor(s.envoy, 30*time.Second, func() error { return httpOK(s.admin + "/ready") }); err != nil {
+		s.t.Fatalf("envoy: %v\n%s", err, tailFile(filepath.Join(s.dir, "envoy-server.log"), 40))
+	}
+}
+
+// listenerName is the name of the one listener of each envoy/ file.
+func listenerName(config string) string {
+	if config == "sidecar.yaml" {
+		return "inbound"
+	}
+	return "ingress"
+}
+
+func (s *stack) printLogsOnFailure() {
+	if !s.t.Failed() {
+		return
+	}
+	s.t.Logf("envoy server log:\n%s", tailFile(filepath.Join(s.dir, "envoy-server.log"), 80))
+	if s.envoy != nil {
+		s.t.Logf("envoy access log:\n%s", s.envoy.tail(80))
+	}
+	for _, r := range s.replicas {
+		s.t.Logf("%s log:\n%s", r.name, r.tail(60))
+	}
+}
+
+func tailFile(path string, n int) string {
+	return (&proc{log: path}).tail(n)
+}
+
+var probeClient = &http.Client{Timeout: time.Second}
+
+func httpOK(url string) error {
+	resp, err := probeClient.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}

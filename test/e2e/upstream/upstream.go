@@ -1,0 +1,198 @@
+// Package upstream is the sample HTTP API that the end-to-end tests put behind
+// Envoy (and docker-compose.yaml runs as the "upstream" service). It counts
+// executions per tenant and Idempotency-Key, so a test can prove that a
+// retried request ran exactly once, and it misbehaves on request: a chosen
+// status, a delay, a connection reset, a binary body.
+//
+// Request headers that steer a reply (Envoy forwards them unchanged):
+//
+//	X-Upstream-Status: 201        status to answer (default 200)
+//	X-Upstream-Delay: 2s          wait before answering (Go duration)
+//	X-Upstream-Reset: before      reset the connection before any response byte
+//	X-Upstream-Reset: mid-body    send headers and half the body, then reset
+//	X-Upstream-Body: binary       answer application/octet-stream bytes that
+//	                              are not valid UTF-8 (all 256 byte values)
+//
+// Every reply but /healthz is unique per execution (a random id in the body),
+// so an identical body on a retry proves a replay, not a second execution.
+package upstream
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Header names the upstream reads; also sent back as X-Upstream-Execution.
+const (
+	HeaderStatus    = "X-Upstream-Status"
+	HeaderDelay     = "X-Upstream-Delay"
+	HeaderReset     = "X-Upstream-Reset"
+	HeaderBody      = "X-Upstream-Body"
+	HeaderExecution = "X-Upstream-Execution"
+	HeaderTenant    = "X-Tenant-Id"
+	HeaderKey       = "Idempotency-Key"
+)
+
+// maxDelay bounds X-Upstream-Delay so a bad header cannot hold a handler forever.
+const maxDelay = time.Minute
+
+// Server is the sample API. The zero value is not usable; call New.
+type Server struct {
+	mu     sync.Mutex
+	counts map[execKey]int
+	total  atomic.Int64
+}
+
+type execKey struct{ tenant, key string }
+
+// Reply is the JSON body of a normal reply.
+type Reply struct {
+	// Execution counts the executions of this tenant and key (1 = first).
+	Execution int `json:"execution"`
+	// ID is random per execution.
+	ID           string `json:"id"`
+	Method       string `json:"method"`
+	Path         string `json:"path"`
+	Tenant       string `json:"tenant,omitempty"`
+	Key          string `json:"idempotency_key,omitempty"`
+	RequestBytes int    `json:"request_bytes"`
+}
+
+// New returns a Server with no executions counted.
+func New() *Server {
+	return &Server{counts: make(map[execKey]int)}
+}
+
+// Executions reports how often a request with this tenant and
+// Idempotency-Key reached the handler (reset or not).
+func (s *Server) Executions(tenant, key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[execKey{tenant, key}]
+}
+
+// Total reports every execution, /healthz excluded.
+func (s *Server) Total() int64 { return s.total.Load() }
+
+// ServeHTTP implements the API: GET /healthz answers 200 "ok" uncounted;
+// GET /_executions?tenant=T&key=K reports a count (for curl users); every
+// other request is one counted execution.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	case "/_executions":
+		q := r.URL.Query()
+		writeJSON(w, http.StatusOK, map[string]int{"executions": s.Executions(q.Get("tenant"), q.Get("key"))})
+		return
+	}
+	n := s.count(r)
+	body, _ := io.ReadAll(r.Body)
+	if !sleep(r) {
+		return
+	}
+	switch r.Header.Get(HeaderReset) {
+	case "before":
+		resetConn(w, nil)
+		return
+	case "mid-body":
+		resetConn(w, []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"partial\":"))
+		return
+	}
+	status := http.StatusOK
+	if v, err := strconv.Atoi(r.Header.Get(HeaderStatus)); err == nil && v >= 200 && v <= 599 {
+		status = v
+	}
+	w.Header().Set(HeaderExecution, strconv.Itoa(n))
+	// Never replayed by extauthz's header allow-list.
+	w.Header().Set("Set-Cookie", "session="+randomHex(8))
+	if r.Header.Get(HeaderBody) == "binary" {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(status)
+		_, _ = w.Write(BinaryBody(randomHex(16)))
+		return
+	}
+	writeJSON(w, status, Reply{
+		Execution: n, ID: randomHex(16), Method: r.Method, Path: r.URL.Path,
+		Tenant: r.Header.Get(HeaderTenant), Key: r.Header.Get(HeaderKey), RequestBytes: len(body),
+	})
+}
+
+// BinaryBody is the binary reply: every byte value 0..255 (not valid UTF-8),
+// then the execution's random id.
+func BinaryBody(id string) []byte {
+	b := make([]byte, 0, 256+len(id))
+	for i := 0; i < 256; i++ {
+		b = append(b, byte(i))
+	}
+	return append(b, id...)
+}
+
+func (s *Server) count(r *http.Request) int {
+	s.total.Add(1)
+	k := execKey{r.Header.Get(HeaderTenant), r.Header.Get(HeaderKey)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counts[k]++
+	return s.counts[k]
+}
+
+// sleep honours X-Upstream-Delay; false when the client went away first.
+func sleep(r *http.Request) bool {
+	d, err := time.ParseDuration(r.Header.Get(HeaderDelay))
+	if err != nil || d <= 0 {
+		return true
+	}
+	t := time.NewTimer(min(d, maxDelay))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// resetConn writes raw bytes (if any) and closes the connection with a TCP
+// RST (SO_LINGER 0), which Envoy sees as an upstream reset.
+func resetConn(w http.ResponseWriter, raw []byte) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "cannot hijack", http.StatusInternalServerError)
+		return
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if len(raw) > 0 {
+		_, _ = buf.Write(raw)
+		_ = buf.Flush()
+		// Let Envoy read the partial response before the reset discards it.
+		time.Sleep(50 * time.Millisecond)
+	}
+	if tcp, ok := conn.(interface{ SetLinger(int) error }); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
