@@ -24,6 +24,18 @@ type Policy struct {
 	HTTP *HTTP
 	// Files lists the files the snapshot was loaded from, sorted.
 	Files []string
+
+	// digest identifies the loaded bytes, so a reload of unchanged files
+	// is not announced as a new policy.
+	digest [32]byte
+}
+
+// Domain returns the named domain, or nil when p (or the domain) is absent.
+func (p *Policy) Domain(name string) *Domain {
+	if p == nil {
+		return nil
+	}
+	return p.Domains[name]
 }
 
 // Domain is the descriptor tree of one domain.
@@ -36,13 +48,11 @@ type Domain struct {
 	root *node
 }
 
-// node is one level of a descriptor tree.  (Layout owned by the loader.)
-type node struct{}
-
 // Rule is what a matched descriptor is limited by.
 type Rule struct {
-	// ID is a stable name for metrics: domain and the matched key/value
-	// path, e.g. "api.tenant.route_/orders" (values only when detailed_metric).
+	// ID is a stable name for metrics: the domain and the configured
+	// key/value path, e.g. "api.tenant.route_/orders" (a key-only level has
+	// no value; request values appear only in Match.MetricID, on request).
 	ID string
 	// Name is rate_limit.name, the handle `replaces` refers to; optional.
 	Name string
@@ -60,13 +70,35 @@ type Rule struct {
 	ShareThreshold bool
 }
 
+// Named reports whether name is the rule's Name or the name of one of its
+// limits: `replaces` may name either, and drops the whole rule.
+func (r *Rule) Named(name string) bool {
+	if r == nil || name == "" {
+		return false
+	}
+	if r.Name == name {
+		return true
+	}
+	for _, l := range r.Limits {
+		if l.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Match is the result of matching a request descriptor against a Domain.
 type Match struct {
-	// Rule is the deepest node with a limit that matched.
+	// Rule is the rule of the node that the descriptor's last entry matched.
 	Rule *Rule
 	// KeyEntries are the entries that identify the counter: the request's
-	// entries, with wildcard patterns instead of values when ShareThreshold.
+	// entries, with wildcard patterns instead of values at the levels matched
+	// by a share_threshold wildcard. Without such a level it is the caller's
+	// slice itself (not a copy): treat it as read-only.
 	KeyEntries []ratelimit.Entry
+	// MetricID names the match in metrics: Rule.ID, or, for detailed_metric
+	// and value_to_metric, the same path with the request's values in it.
+	MetricID string
 }
 
 // HTTP is the policy of the ext_authz and ext_proc servers.
@@ -138,4 +170,6 @@ type Idempotency struct {
 	FingerprintHeaders []string
 	// FailClosed answers 503 when the store is down; default admits without a lease.
 	FailClosed bool
+
+	statuses statusSet
 }

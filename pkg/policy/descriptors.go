@@ -1,0 +1,149 @@
+package policy
+
+import "strings"
+
+// maxDepth bounds descriptor nesting; Envoy sends a handful of entries per
+// descriptor, and a bound keeps a cyclic alias from recursing forever.
+const maxDepth = 32
+
+// domainBuilder gathers what is checked once the whole domain is read.
+type domainBuilder struct {
+	names    map[string]bool // every rule and limit name in the domain
+	replaces []ownedRef
+}
+
+// ownedRef is a `replaces` entry and the rule that wrote it.
+type ownedRef struct {
+	ref
+	owner *Rule
+}
+
+// domain builds the descriptor tree of one file.
+func (d *decoder) domain(name string, descs field, hasDescs bool) *Domain {
+	dom := &Domain{Name: name, File: d.file, root: newRoot(name)}
+	b := &domainBuilder{names: map[string]bool{}}
+	if hasDescs {
+		d.descriptors(descs, dom.root, b)
+	}
+	for _, r := range b.replaces {
+		switch {
+		case r.owner.Named(r.name):
+			d.problem(r.line, r.path, "a rule cannot replace itself")
+		case !b.names[r.name]:
+			d.problem(r.line, r.path, "no rule named %q in domain %q", r.name, name)
+		}
+	}
+	return dom
+}
+
+func (d *decoder) descriptors(f field, parent *node, b *domainBuilder) {
+	if parent.depth >= maxDepth {
+		d.problem(f.line, f.path, "descriptors nested deeper than %d levels", maxDepth)
+		return
+	}
+	for _, item := range d.items(f) {
+		d.descriptor(item, parent, b)
+	}
+}
+
+// descriptorFields are what one descriptor mapping said.
+type descriptorFields struct {
+	key, value                        string
+	rateLimit, rateLimits, subs       field
+	shadow, detailed, share, valueMet bool
+	has                               map[string]bool
+}
+
+func (d *decoder) descriptorFields(f field) descriptorFields {
+	df := descriptorFields{has: map[string]bool{}}
+	for _, kv := range d.fields(f.node, f.path) {
+		df.has[kv.key] = true
+		switch kv.key {
+		case "key":
+			df.key = d.str(kv)
+		case "value":
+			df.value = d.str(kv)
+		case "rate_limit":
+			df.rateLimit = kv
+		case "rate_limits":
+			df.rateLimits = kv
+		case "descriptors":
+			df.subs = kv
+		case "shadow_mode":
+			df.shadow = d.boolean(kv)
+		case "detailed_metric":
+			df.detailed = d.boolean(kv)
+		case "share_threshold":
+			df.share = d.boolean(kv)
+		case "value_to_metric":
+			df.valueMet = d.boolean(kv)
+		default:
+			d.unknown(kv)
+		}
+	}
+	return df
+}
+
+// descriptor reads one descriptor and adds it (with its children) below parent.
+func (d *decoder) descriptor(f field, parent *node, b *domainBuilder) {
+	df := d.descriptorFields(f)
+	if df.key == "" {
+		d.problem(f.line, joinPath(f.path, "key"), "is required and must not be empty")
+		return
+	}
+	n := &node{key: df.key, value: df.value, field: f.path, share: df.share, valueMetric: df.valueMet}
+	if strings.Contains(n.value, "*") {
+		n.glob = compileWildcard(n.value)
+	}
+	if prev := parent.sibling(n); prev != nil {
+		d.problem(f.line, f.path, "duplicate descriptor: key %q value %q is already at %s", n.key, n.value, prev.field)
+		return
+	}
+	parent.add(n)
+	if n.rule = d.rule(df, b); n.rule != nil {
+		n.rule.ID = n.id
+		n.rule.ShadowMode = df.shadow
+		n.rule.DetailedMetric = df.detailed
+		n.rule.ShareThreshold = df.share
+	}
+	if df.has["descriptors"] {
+		d.descriptors(df.subs, n, b)
+	}
+}
+
+// rule builds the rule of a descriptor from rate_limit or rate_limits, or
+// returns nil when it has neither (a placeholder for nested descriptors, or,
+// with no children either, an allow-listed descriptor).
+func (d *decoder) rule(df descriptorFields, b *domainBuilder) *Rule {
+	var specs []limitSpec
+	switch {
+	case df.has["rate_limit"] && df.has["rate_limits"]:
+		d.problem(df.rateLimits.line, df.rateLimits.path, "rate_limit and rate_limits are mutually exclusive")
+		return nil
+	case df.has["rate_limit"]:
+		specs = []limitSpec{d.limit(df.rateLimit, inRateLimit)}
+	case df.has["rate_limits"]:
+		specs = d.limitList(df.rateLimits, inRateLimits)
+	default:
+		return nil
+	}
+	r := &Rule{}
+	for _, s := range specs {
+		if s.unlimited {
+			r.Unlimited = true
+		} else {
+			r.Limits = append(r.Limits, s.limit)
+		}
+		if r.Name == "" {
+			r.Name = s.limit.Name
+		}
+		if s.limit.Name != "" {
+			b.names[s.limit.Name] = true
+		}
+		for _, ref := range s.replaces {
+			r.Replaces = append(r.Replaces, ref.name)
+			b.replaces = append(b.replaces, ownedRef{ref: ref, owner: r})
+		}
+	}
+	return r
+}

@@ -1,0 +1,231 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Load reads and validates a policy: path is one YAML file, or a directory
+// whose *.yaml and *.yml files (not its subdirectories, not hidden names)
+// are loaded together. Hidden names are skipped so that a Kubernetes
+// ConfigMap mount, whose real files sit under "..data" and "..2026_..."
+// directories behind visible symlinks, is read once, through the symlinks.
+//
+// The error, if any, is an Errors listing every problem found, each with
+// its file and, where known, line and field; it matches ErrInvalid.
+func Load(path string) (*Policy, error) {
+	files, probs := readPath(path)
+	if len(probs) > 0 {
+		return nil, probs
+	}
+	return loadFiles(files)
+}
+
+// fileData is one file's name (as found, symlinks not resolved) and bytes.
+type fileData struct {
+	name string
+	data []byte
+}
+
+func readPath(path string) ([]fileData, Errors) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, Errors{ioProblem(path, err)}
+	}
+	names := []string{path}
+	if info.IsDir() {
+		if names, err = listDir(path); err != nil {
+			return nil, Errors{ioProblem(path, err)}
+		}
+		if len(names) == 0 {
+			return nil, Errors{{File: path, Message: "no *.yaml or *.yml files in this directory", Err: fs.ErrNotExist}}
+		}
+	}
+	var files []fileData
+	var probs Errors
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			probs = append(probs, ioProblem(name, err))
+			continue
+		}
+		files = append(files, fileData{name: name, data: data})
+	}
+	return files, probs
+}
+
+// listDir returns the policy files in dir, sorted. A symlink counts as what
+// it points to; a dangling one is an error (so a half-swapped ConfigMap
+// fails the load and the last good policy stays).
+func listDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		name := e.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		info, err := os.Stat(full)
+		if err != nil {
+			return nil, err
+		}
+		if info.Mode().IsRegular() {
+			names = append(names, full)
+		}
+	}
+	return names, nil
+}
+
+func ioProblem(name string, err error) *Problem {
+	msg := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		msg = pe.Op + ": " + pe.Err.Error()
+		if pe.Path != name {
+			msg = pe.Path + ": " + msg
+		}
+	}
+	return &Problem{File: name, Message: msg, Err: err}
+}
+
+// loadFiles parses and validates a set of files into one Policy.
+func loadFiles(files []fileData) (*Policy, error) {
+	var probs Errors
+	p := &Policy{Domains: map[string]*Domain{}}
+	sum := sha256.New()
+	var httpFile string
+	for _, f := range files {
+		sum.Write([]byte(strconv.Quote(f.name)))
+		sum.Write(f.data)
+		p.Files = append(p.Files, f.name)
+		pf := parseFile(f.name, f.data, &probs)
+		if dom := pf.domain; dom != nil {
+			if prev := p.Domains[dom.Name]; prev != nil {
+				probs = append(probs, &Problem{File: f.name, Line: pf.domainLine, Field: "domain",
+					Message: "domain " + strconv.Quote(dom.Name) + " is already defined in " + prev.File})
+			} else {
+				p.Domains[dom.Name] = dom
+			}
+		}
+		if pf.http != nil {
+			if p.HTTP != nil {
+				probs = append(probs, &Problem{File: f.name, Line: pf.httpLine, Field: "http",
+					Message: "an http section is already defined in " + httpFile + "; only one file may have one"})
+			} else {
+				p.HTTP, httpFile = pf.http, f.name
+			}
+		}
+	}
+	if err := probs.err(); err != nil {
+		return nil, err
+	}
+	sort.Strings(p.Files)
+	copy(p.digest[:], sum.Sum(nil))
+	return p, nil
+}
+
+// parsedFile is what one file contributes.
+type parsedFile struct {
+	domain     *Domain
+	domainLine int
+	http       *HTTP
+	httpLine   int
+}
+
+// parseFile reads one YAML document: a domain with its descriptors, an
+// http section, or both.
+func parseFile(name string, data []byte, probs *Errors) parsedFile {
+	var pf parsedFile
+	root, ok := parseYAML(name, data, probs)
+	if !ok {
+		return pf
+	}
+	d := newDecoder(name, probs)
+	var domain, descs, http field
+	for _, kv := range d.fields(root, "") {
+		switch kv.key {
+		case "domain":
+			domain = kv
+		case "descriptors":
+			descs = kv
+		case "http":
+			http = kv
+		default:
+			d.unknown(kv)
+		}
+	}
+	if http.node != nil {
+		pf.http, pf.httpLine = d.http(http), http.line
+	}
+	name = ""
+	if domain.node != nil {
+		name = d.str(domain)
+	}
+	switch {
+	case name != "":
+		pf.domain, pf.domainLine = d.domain(name, descs, descs.node != nil), domain.line
+	case domain.node != nil:
+		d.problem(domain.line, "domain", "must not be empty")
+	case descs.node != nil || http.node == nil:
+		d.problem(1, "domain", "is required (a file holds a domain with its descriptors, an http section, or both)")
+	}
+	return pf
+}
+
+// parseYAML returns the root node of a file's single YAML document; an
+// empty file yields a nil root.
+func parseYAML(name string, data []byte, probs *Errors) (*yaml.Node, bool) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		return nil, true
+	case err != nil:
+		*probs = append(*probs, yamlProblem(name, err))
+		return nil, false
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		line := extra.Line
+		if err != nil {
+			*probs = append(*probs, yamlProblem(name, err))
+			return nil, false
+		}
+		*probs = append(*probs, &Problem{File: name, Line: line, Message: "more than one YAML document; put one per file"})
+		return nil, false
+	}
+	if len(doc.Content) == 0 {
+		return nil, true
+	}
+	return doc.Content[0], true
+}
+
+// yamlProblem turns a yaml.v3 syntax error ("yaml: line 3: ...") into a
+// Problem with the line split out.
+func yamlProblem(name string, err error) *Problem {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, after, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				line, msg = n, after
+			}
+		}
+	}
+	return &Problem{File: name, Line: line, Message: "bad YAML: " + msg, Err: err}
+}
