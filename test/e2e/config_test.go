@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/extauthz/extauthz/pkg/policy"
 )
 
 // envoyFiles lists every configuration users copy.
@@ -148,4 +150,16 @@ func collect(doc any, key string) []any {
 		}
 	}
 	return out
+}
+
+// The test policy loads: a broken one would make every scenario fail at
+// extauthz start with a less direct message.
+func TestPolicyLoads(t *testing.T) {
+	p, err := policy.Load(filepath.Join("testdata", "policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Domains["edge"] == nil || p.HTTP == nil {
+		t.Fatalf("policy lacks domain edge or the http section: %+v", p)
+	}
 }
