@@ -16,6 +16,9 @@ const (
 	// nodeBudget bounds how many nodes one file may expand to; anchors and
 	// aliases could otherwise make a small file expand exponentially.
 	nodeBudget = 1 << 20
+	// maxProblems bounds the problems reported for one file; past it the
+	// file is not walked further (a broken file says enough by then).
+	maxProblems = 100
 	// maxMergeDepth bounds nested "<<" merge keys (an anchor may even
 	// refer to itself, which yaml.v3 parses into a cyclic tree).
 	maxMergeDepth = 16
@@ -26,6 +29,7 @@ type decoder struct {
 	file       string
 	probs      *Errors
 	budget     int
+	count      int // problems reported
 	mergeDepth int
 }
 
@@ -49,6 +53,16 @@ func joinPath(path, key string) string {
 }
 
 func (d *decoder) problem(line int, path, format string, args ...any) {
+	switch {
+	case d.count == maxProblems:
+		*d.probs = append(*d.probs, &Problem{File: d.file, Message: "too many problems; stopped reading this file"})
+		d.budget = 0
+		fallthrough
+	case d.count > maxProblems:
+		d.count++
+		return
+	}
+	d.count++
 	*d.probs = append(*d.probs, &Problem{
 		File: d.file, Line: line, Field: path, Message: fmt.Sprintf(format, args...),
 	})
@@ -63,11 +77,11 @@ func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
 	if n == nil || n.Kind == yaml.AliasNode {
 		return nil
 	}
-	d.budget--
-	if d.budget == 0 {
-		d.problem(n.Line, "", "document expands to too many nodes (anchors and aliases)")
-	}
 	if d.budget <= 0 {
+		return nil
+	}
+	if d.budget--; d.budget == 0 {
+		d.problem(n.Line, "", "document expands to too many nodes (anchors and aliases)")
 		return nil
 	}
 	return n

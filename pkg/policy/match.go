@@ -7,9 +7,10 @@ import (
 )
 
 // node is one configured descriptor (the root of a Domain is a node with no
-// key). Children are indexed three ways so that matching one request entry
-// costs one map lookup, a scan of the wildcards written for that key only,
-// and one more map lookup: no regular expression, no allocation.
+// key). Its children are grouped by key, and within a key indexed three
+// ways, so that matching one request entry costs two map lookups and a scan
+// of the wildcards written for that key only: no regular expression, no
+// allocation.
 type node struct {
 	key   string
 	value string    // as written: "" for a key-only default, a pattern for a wildcard
@@ -27,9 +28,14 @@ type node struct {
 	// share or valueMetric, so Match skips the walk back up when none does.
 	pathShare, pathValueMetric bool
 
-	exact     map[ratelimit.Entry]*node
-	wildcards map[string][]*node // by key, in file order: the first match wins
-	anyValue  map[string]*node   // key-only defaults
+	children map[string]*keyChildren
+}
+
+// keyChildren are the children of a node written with one key.
+type keyChildren struct {
+	exact     map[string]*node // by value
+	wildcards []*node          // in file order: the first match wins
+	anyValue  *node            // the key-only default
 }
 
 func newRoot(domain string) *node { return &node{id: domain} }
@@ -37,31 +43,38 @@ func newRoot(domain string) *node { return &node{id: domain} }
 // child returns the node the entry selects below n, trying the exact value,
 // then the wildcards in file order, then the key-only default.
 func (n *node) child(e ratelimit.Entry) *node {
-	if c := n.exact[e]; c != nil {
+	kc := n.children[e.Key]
+	if kc == nil {
+		return nil
+	}
+	if c := kc.exact[e.Value]; c != nil {
 		return c
 	}
-	for _, c := range n.wildcards[e.Key] {
+	for _, c := range kc.wildcards {
 		if c.glob.match(e.Value) {
 			return c
 		}
 	}
-	return n.anyValue[e.Key]
+	return kc.anyValue
 }
 
 // sibling returns the child of n configured with exactly c's key and value.
 func (n *node) sibling(c *node) *node {
+	kc := n.children[c.key]
 	switch {
+	case kc == nil:
+		return nil
 	case c.value == "":
-		return n.anyValue[c.key]
+		return kc.anyValue
 	case c.glob != nil:
-		for _, w := range n.wildcards[c.key] {
+		for _, w := range kc.wildcards {
 			if w.value == c.value {
 				return w
 			}
 		}
 		return nil
 	}
-	return n.exact[ratelimit.Entry{Key: c.key, Value: c.value}]
+	return kc.exact[c.value]
 }
 
 // add links c below n; the caller has checked it is not a duplicate.
@@ -70,22 +83,24 @@ func (n *node) add(c *node) {
 	c.id = n.id + "." + metricPart(c.key, c.value)
 	c.pathShare = n.pathShare || (c.share && c.glob != nil)
 	c.pathValueMetric = n.pathValueMetric || c.valueMetric
+	if n.children == nil {
+		n.children = map[string]*keyChildren{}
+	}
+	kc := n.children[c.key]
+	if kc == nil {
+		kc = &keyChildren{}
+		n.children[c.key] = kc
+	}
 	switch {
 	case c.value == "":
-		if n.anyValue == nil {
-			n.anyValue = map[string]*node{}
-		}
-		n.anyValue[c.key] = c
+		kc.anyValue = c
 	case c.glob != nil:
-		if n.wildcards == nil {
-			n.wildcards = map[string][]*node{}
-		}
-		n.wildcards[c.key] = append(n.wildcards[c.key], c)
+		kc.wildcards = append(kc.wildcards, c)
 	default:
-		if n.exact == nil {
-			n.exact = map[ratelimit.Entry]*node{}
+		if kc.exact == nil {
+			kc.exact = map[string]*node{}
 		}
-		n.exact[ratelimit.Entry{Key: c.key, Value: c.value}] = c
+		kc.exact[c.value] = c
 	}
 }
 
@@ -131,19 +146,7 @@ func (d *Domain) Match(entries []ratelimit.Entry) (Match, bool) {
 // HasTopLevelKey reports whether some top-level descriptor of d has this key
 // (with any value, a wildcard, or none).
 func (d *Domain) HasTopLevelKey(key string) bool {
-	if d == nil || d.root == nil {
-		return false
-	}
-	r := d.root
-	if r.anyValue[key] != nil || len(r.wildcards[key]) > 0 {
-		return true
-	}
-	for e := range r.exact {
-		if e.Key == key {
-			return true
-		}
-	}
-	return false
+	return d != nil && d.root != nil && d.root.children[key] != nil
 }
 
 // path returns the nodes from the first level down to n.
