@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"testing"
+	"time"
 )
 
 // extauthz down (nothing listens on its port): Envoy does what
@@ -42,5 +43,87 @@ func TestExtauthzDown(t *testing.T) {
 	}
 	if n := s.envoyStat(t, "http.ingress.ext_authz.extauthz.error"); n != 2 {
 		t.Errorf("ext_authz errors = %d, want 2", n)
+	}
+}
+
+// Redis down, EXTAUTHZ_FAILURE_MODE=open (the default): decisions keep
+// flowing from each replica's in-process fallback under the same policy
+// (so the budget is per replica: at most 2x10 for two replicas), an
+// idempotency route in failure_mode open admits without a lease, one in
+// failure_mode closed answers 503; with Redis back, the shared budget
+// returns.
+func TestRedisDownFailOpen(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOpts{env: []string{"EXTAUTHZ_FAILURE_MODE=open"}})
+	s.redis.Stop()
+
+	tenant := uniq("open")
+	ok := 0
+	for i := 0; i < 30; i++ {
+		r := s.do(t, tenantGet("/things", tenant))
+		switch r.status {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("request %d with Redis down: got %s, want 200 or 429", i, r)
+		}
+	}
+	if ok < 10 || ok > 20 {
+		t.Errorf("admitted %d of 30 with Redis down, want 10..20 (the fallback's budget per replica)", ok)
+	}
+	key := uniq("k")
+	if r := s.do(t, post(wiringB, tenant, key, `{}`)); r.status != http.StatusOK {
+		t.Errorf("idempotent POST, failure_mode open: got %s, want 200 (admitted without a lease)", r)
+	}
+	strict := req{method: http.MethodPost, path: "/orders/strict/x", body: []byte(`{}`),
+		header: map[string]string{"x-tenant-id": tenant, "idempotency-key": uniq("k")}}
+	if r := s.do(t, strict); r.status != http.StatusServiceUnavailable {
+		t.Errorf("idempotent POST, failure_mode closed: got %s, want 503", r)
+	}
+
+	s.redis.Start()
+	waitShared(t, s)
+}
+
+// Redis down, EXTAUTHZ_FAILURE_MODE=closed: every rate-limit decision is
+// a denial (429) while Redis is away; with Redis back, requests pass again.
+func TestRedisDownFailClosed(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOpts{env: []string{"EXTAUTHZ_FAILURE_MODE=closed"}})
+	s.redis.Stop()
+	tenant := uniq("closed")
+	for i := 0; i < 5; i++ {
+		if r := s.do(t, tenantGet("/things", tenant)); r.status != http.StatusTooManyRequests {
+			t.Fatalf("request %d with Redis down: got %s, want 429", i, r)
+		}
+	}
+	if r := s.do(t, tenantGet("/healthz", tenant)); r.status != http.StatusOK {
+		t.Errorf("/healthz with Redis down: got %s, want 200", r)
+	}
+	s.redis.Start()
+	waitShared(t, s)
+}
+
+// waitShared waits until decisions come from Redis again: a fresh tenant
+// gets exactly 10 of 30 across both replicas (one shared budget).
+func waitShared(t *testing.T, s *stack) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		tenant := uniq("back")
+		ok := 0
+		for i := 0; i < 30; i++ {
+			if r := s.do(t, tenantGet("/things", tenant)); r.status == http.StatusOK {
+				ok++
+			}
+		}
+		if ok == 10 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis restarted, but a fresh tenant got %d of 30 admitted, want 10", ok)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
