@@ -1,0 +1,126 @@
+package redisstore
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClientConfig means ClientOptions are unusable; the message names the field.
+var ErrClientConfig = errors.New("redis client config")
+
+// ClientOptions describe how to reach Redis. Zero durations take the defaults.
+type ClientOptions struct {
+	// URL is redis://[user:password@]host:port[/db] or rediss:// for TLS.
+	// For a cluster it names a seed node; more seeds go in addr= parameters.
+	URL string
+	// Cluster treats URL as Redis Cluster seed nodes.
+	Cluster bool
+	// PoolSize is the number of connections per node; 0 is go-redis's
+	// default (10 per CPU).
+	PoolSize int
+	// DialTimeout bounds connecting; default 200ms.
+	DialTimeout time.Duration
+	// ReadTimeout bounds one read, i.e. one operation's wait; default 50ms.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds one write; default 50ms.
+	WriteTimeout time.Duration
+	// TLSCAFile is a PEM bundle that verifies the server (rediss:// only).
+	TLSCAFile string
+	// TLSInsecureSkipVerify disables certificate checks (rediss:// only; for tests).
+	TLSInsecureSkipVerify bool
+}
+
+// Defaults for ClientOptions.
+const (
+	DefaultDialTimeout  = 200 * time.Millisecond
+	DefaultReadTimeout  = 50 * time.Millisecond
+	DefaultWriteTimeout = 50 * time.Millisecond
+)
+
+// NewClient builds a *redis.Client or, with Cluster, a *redis.ClusterClient
+// from o. It does not connect: go-redis dials lazily and reconnects by
+// itself, so a Redis that is down at start-up is not an error here.
+//
+// Retries are off: a script whose reply was lost may already have charged
+// its hits, and re-sending it would charge them twice. A failed call is the
+// caller's to handle (see package failover).
+func NewClient(o ClientOptions) (redis.UniversalClient, error) {
+	tlsConf, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if o.Cluster {
+		opts, err := redis.ParseClusterURL(o.URL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: URL: %w", ErrClientConfig, err)
+		}
+		opts.PoolSize, opts.MaxRetries = o.PoolSize, -1
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.timeouts()
+		opts.ContextTimeoutEnabled = true
+		opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: URL: %w", ErrClientConfig, err)
+	}
+	opts.PoolSize, opts.MaxRetries = o.PoolSize, -1
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.timeouts()
+	opts.ContextTimeoutEnabled = true
+	opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)
+	return redis.NewClient(opts), nil
+}
+
+func (o ClientOptions) timeouts() (dial, read, write time.Duration) {
+	pick := func(v, def time.Duration) time.Duration {
+		if v > 0 {
+			return v
+		}
+		return def
+	}
+	return pick(o.DialTimeout, DefaultDialTimeout), pick(o.ReadTimeout, DefaultReadTimeout), pick(o.WriteTimeout, DefaultWriteTimeout)
+}
+
+// tlsConfig returns the TLS settings beyond what the URL implies, or nil.
+// TLS options with a plain redis:// URL are a mistake worth reporting.
+func (o ClientOptions) tlsConfig() (*tls.Config, error) {
+	if o.TLSCAFile == "" && !o.TLSInsecureSkipVerify {
+		return nil, nil
+	}
+	if !strings.HasPrefix(o.URL, "rediss://") {
+		return nil, fmt.Errorf("%w: TLS CA file or insecure-skip-verify set but the URL is not rediss://", ErrClientConfig)
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.TLSInsecureSkipVerify} //nolint:gosec // opt-in, documented for tests
+	if o.TLSCAFile != "" {
+		pem, err := os.ReadFile(o.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS CA file: %w", ErrClientConfig, err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: TLS CA file %s: no PEM certificates", ErrClientConfig, o.TLSCAFile)
+		}
+	}
+	return c, nil
+}
+
+// mergeTLS keeps the server name go-redis derived from the URL.
+func mergeTLS(fromURL, extra *tls.Config) *tls.Config {
+	if extra == nil {
+		if fromURL != nil && fromURL.MinVersion == 0 {
+			fromURL.MinVersion = tls.VersionTLS12
+		}
+		return fromURL
+	}
+	if fromURL != nil {
+		extra.ServerName = fromURL.ServerName
+	}
+	return extra
+}

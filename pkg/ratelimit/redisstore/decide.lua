@@ -1,0 +1,188 @@
+-- decide.lua: decides every limit of one rate-limit request, all or none.
+--
+-- KEYS[i] holds the state of limit i; all keys share one hash tag, so the
+-- script runs unchanged on Redis Cluster.
+-- ARGV[1] = hits (>= 0; 0 checks without charging)
+-- ARGV[2] = now in microseconds, or "" to read Redis's clock (production
+--           always sends ""; a fixed instant is for tests only)
+-- ARGV[3 + 4*(i-1) .. 6 + 4*(i-1)] = algorithm code, requests, period (us), burst
+-- The layout and the algorithm codes are mirrored by constants in script.go:
+-- change both together.
+--
+-- Reply: {all_allowed, then per limit: allowed, limit, remaining,
+-- reset_after_us, retry_after_us}, integers only.
+--
+-- Every number is an integer held in a Lua double (exact below 2^53, and
+-- microsecond timestamps are ~2^51). Numbers sent to Redis go through fmt():
+-- Lua's tostring keeps only 14 significant digits.
+
+local function fmt(n) return string.format('%.0f', n) end
+local function floor(n) return math.floor(n) end
+local function max(a, b) if a > b then return a end return b end
+
+local hits = tonumber(ARGV[1])
+local now
+-- Fixed instants (tests) move only when the test says so, while Redis
+-- expires keys by its real clock: keys then live at least an hour. Every
+-- decider ignores stale state, so a key that outlives its state is harmless.
+local ttlFloor = 1
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+  ttlFloor = 3600000
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- ms rounds a positive duration in microseconds up to whole milliseconds.
+local function ms(us) return fmt(max(floor((us + 999) / 1000), ttlFloor)) end
+
+-- Each decider returns {allowed, limit, remaining, reset, retry} and a
+-- function that charges the hits, called only when every limit admits.
+
+-- gcra: one string, the theoretical arrival time (TAT) in microseconds.
+local function gcra(key, r, p, b)
+  if b == 0 then b = r end
+  local t = max(floor(p / r), 1)
+  local dvt = t * b
+  local tat = tonumber(redis.call('GET', key)) or now
+  tat = max(tat, now)
+  local newTat = tat + hits * t
+  local allowAt = newTat - dvt
+  local limit = max(r, b)
+  if now < allowAt then
+    local rem = max(floor((dvt - (tat - now)) / t), 0)
+    return {0, limit, rem, tat - now, allowAt - now}, nil
+  end
+  local rem = floor((dvt - (newTat - now)) / t)
+  return {1, limit, rem, newTat - now, 0}, function()
+    redis.call('SET', key, fmt(newTat), 'PX', ms(newTat - now))
+  end
+end
+
+-- The window algorithms keep a hash: F_WINDOW = index of the counted window
+-- (floor(now / period)), F_COUNT = its hits, F_PREV = the previous window's
+-- hits (sliding_window only). Field names: see fieldWindow... in script.go.
+local F_WINDOW, F_COUNT, F_PREV = 'w', 'c', 'p'
+
+-- windowOf returns the instant to decide at and its window index. When the
+-- stored window is later than now's (Redis's clock stepped back, e.g. after
+-- a failover), time is treated as not having passed: the start of the stored
+-- window, keeping its count in force.
+local function windowOf(stored, p)
+  local w = floor(now / p)
+  if stored ~= nil and stored > w then return stored * p, stored end
+  return now, w
+end
+
+-- fixed_window: hits counted per window aligned to the epoch.
+local function fixedWindow(key, r, p)
+  local got = redis.call('HMGET', key, F_WINDOW, F_COUNT)
+  local sw = tonumber(got[1])
+  local at, w = windowOf(sw, p)
+  local c = 0
+  if sw == w then c = tonumber(got[2]) or 0 end
+  local windowEnd = (w + 1) * p
+  if c + hits > r then
+    return {0, r, max(r - c, 0), windowEnd - at, windowEnd - at}, nil
+  end
+  return {1, r, r - c - hits, windowEnd - at, 0}, function()
+    redis.call('HSET', key, F_WINDOW, fmt(w), F_COUNT, fmt(c + hits))
+    redis.call('PEXPIRE', key, ms(windowEnd - now))
+  end
+end
+
+-- sliding_window: the current window's count plus the previous one's,
+-- weighted by how much of it the rolling window still overlaps.
+local function slidingWindow(key, r, p)
+  local got = redis.call('HMGET', key, F_WINDOW, F_COUNT, F_PREV)
+  local sw = tonumber(got[1])
+  local at, w = windowOf(sw, p)
+  local cur, prev = 0, 0
+  if sw == w then
+    cur, prev = tonumber(got[2]) or 0, tonumber(got[3]) or 0
+  elseif sw == w - 1 then
+    prev = tonumber(got[2]) or 0
+  end
+  local elapsed = at - w * p
+  local est = floor(prev * (p - elapsed) / p) + cur
+  local function reset(c)
+    if c > 0 then return 2 * p - elapsed end
+    if prev > 0 then return p - elapsed end
+    return 0
+  end
+  if est + hits > r then
+    local retry
+    if hits > r then
+      retry = 2 * p - elapsed
+    elseif r - cur - hits >= 0 and prev > 0 then
+      retry = max(math.ceil(p - (r - cur - hits) * p / prev) - elapsed, 1)
+    else
+      retry = (p - elapsed) + max(math.ceil(p - (r - hits) * p / cur), 0)
+    end
+    return {0, r, max(r - est, 0), reset(cur), retry}, nil
+  end
+  return {1, r, r - est - hits, reset(cur + hits), 0}, function()
+    redis.call('HSET', key, F_WINDOW, fmt(w), F_COUNT, fmt(cur + hits), F_PREV, fmt(prev))
+    redis.call('PEXPIRE', key, ms((w + 2) * p - now))
+  end
+end
+
+-- sliding_log: a sorted set of admitted hits scored by their time; members
+-- "<now>:<index>" are unique without any global counter.
+local function slidingLog(key, r, p)
+  local floorScore = '(' .. fmt(now - p)
+  local n = redis.call('ZCOUNT', key, floorScore, '+inf')
+  local function reset()
+    if n == 0 then return 0 end
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    return tonumber(newest[2]) + p - now
+  end
+  if hits > r then
+    return {0, r, max(r - n, 0), reset(), p}, nil
+  end
+  if n + hits > r then
+    local idx = n + hits - r - 1
+    local e = redis.call('ZRANGEBYSCORE', key, floorScore, '+inf', 'WITHSCORES', 'LIMIT', idx, 1)
+    return {0, r, max(r - n, 0), reset(), tonumber(e[2]) + p - now}, nil
+  end
+  local resetAfter = reset()
+  -- The newest entry is now's, unless the clock stepped back.
+  if hits > 0 then resetAfter = max(resetAfter, p) end
+  return {1, r, r - n - hits, resetAfter, 0}, function()
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p))
+    -- ZADD in chunks: unpack() is bounded by the Lua C stack.
+    local score = fmt(now)
+    local i = 0
+    while i < hits do
+      local args = {}
+      local stop = math.min(i + 500, hits)
+      while i < stop do
+        args[#args + 1] = score
+        args[#args + 1] = score .. ':' .. fmt(n + i)
+        i = i + 1
+      end
+      redis.call('ZADD', key, unpack(args))
+    end
+    redis.call('PEXPIRE', key, ms(resetAfter))
+  end
+end
+
+-- Codes: keep in step with algGCRA... in script.go.
+local deciders = {gcra, slidingLog, slidingWindow, fixedWindow}
+
+local out = {1}
+local charges = {}
+for i = 1, #KEYS do
+  local a = 3 + 4 * (i - 1)
+  local decide = deciders[tonumber(ARGV[a])]
+  if decide == nil then return redis.error_reply('ERR unknown algorithm code ' .. ARGV[a]) end
+  local res, charge = decide(KEYS[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]))
+  if res[1] == 0 then out[1] = 0 end
+  charges[i] = charge
+  for j = 1, 5 do out[#out + 1] = res[j] end
+end
+if out[1] == 1 and hits > 0 then
+  for i = 1, #charges do charges[i]() end
+end
+return out

@@ -1,0 +1,139 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// reference decides requests with package ratelimit's pure algorithms, the
+// way the memory store does: every limit against its state, all charged
+// only when all admit and hits > 0.
+type reference struct{ states map[string]ratelimit.State }
+
+func (r *reference) decide(t *testing.T, req ratelimit.Request, now int64) ratelimit.Decision {
+	t.Helper()
+	d := ratelimit.Decision{Allowed: true, Results: make([]ratelimit.Result, len(req.Limits))}
+	next := make([]ratelimit.State, len(req.Limits))
+	for i, l := range req.Limits {
+		res, st, err := ratelimit.Decide(l, now, r.states[stateID(req.Key, l)], req.Hits)
+		if err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		d.Results[i], next[i] = res, st
+		d.Allowed = d.Allowed && res.Allowed
+	}
+	if d.Allowed && req.Hits > 0 {
+		for i, l := range req.Limits {
+			r.states[stateID(req.Key, l)] = next[i]
+		}
+	}
+	return d
+}
+
+func stateID(key string, l ratelimit.Limit) string {
+	return fmt.Sprintf("%s|%s|%d", key, l.Algorithm.OrDefault(), l.Period)
+}
+
+// TestScriptMatchesGoAlgorithms plays random sequences of calls at fixed
+// instants through the Lua script and through ratelimit.Decide, and requires
+// identical Decisions at every step: same admissions, remaining, reset and
+// retry to the microsecond.
+func TestScriptMatchesGoAlgorithms(t *testing.T) {
+	t.Parallel()
+	_, c := standalone(t)
+	for seed := uint64(1); seed <= 24; seed++ {
+		for _, alg := range ratelimit.Algorithms {
+			t.Run(fmt.Sprintf("%s/seed%d", alg, seed), func(t *testing.T) {
+				s, clk := fixedStore(t, c)
+				rng := rand.New(rand.NewPCG(seed, uint64(len(alg))))
+				playRandom(t, s, clk, rng, []ratelimit.Limit{randomLimit(rng, alg)})
+			})
+		}
+	}
+}
+
+// TestScriptMatchesGoAllOrNone does the same with several limits of mixed
+// algorithms on one key, where a denial by one must leave the others
+// uncharged.
+func TestScriptMatchesGoAllOrNone(t *testing.T) {
+	t.Parallel()
+	_, c := standalone(t)
+	for seed := uint64(1); seed <= 24; seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			s, clk := fixedStore(t, c)
+			rng := rand.New(rand.NewPCG(seed, 99))
+			var limits []ratelimit.Limit
+			for i, alg := range ratelimit.Algorithms {
+				if rng.IntN(3) > 0 || i == 0 {
+					l := randomLimit(rng, alg)
+					l.Period += time.Duration(i) * time.Millisecond // distinct periods
+					limits = append(limits, l)
+				}
+			}
+			playRandom(t, s, clk, rng, limits)
+		})
+	}
+}
+
+// randomLimit picks small limits and periods so that sequences of a few
+// hundred calls cross many windows and hit every branch.
+func randomLimit(rng *rand.Rand, alg ratelimit.Algorithm) ratelimit.Limit {
+	periods := []time.Duration{time.Second, 3 * time.Second, 7 * time.Second, time.Minute}
+	l := ratelimit.Limit{
+		Algorithm: alg,
+		Requests:  1 + rng.Int64N(12),
+		Period:    periods[rng.IntN(len(periods))],
+	}
+	if alg == ratelimit.GCRA && rng.IntN(2) == 0 {
+		l.Burst = 1 + rng.Int64N(20)
+	}
+	return l
+}
+
+// playRandom sends 300 requests of 0..4 hits, moving the clock by 0 to ~2
+// periods (mostly small steps, sometimes none, now and then backwards as a
+// failed-over Redis's clock might) and compares every Decision.
+func playRandom(t *testing.T, s *Store, clk *clock, rng *rand.Rand, limits []ratelimit.Limit) {
+	t.Helper()
+	ref := &reference{states: map[string]ratelimit.State{}}
+	key := randomKey(t)
+	p := limits[0].Period.Microseconds()
+	clk.now = t0 + rng.Int64N(p)
+	for i := 0; i < 300; i++ {
+		switch r := rng.IntN(10); {
+		case r < 3: // same instant
+		case r < 8:
+			clk.now += rng.Int64N(p / 4)
+		case r < 9:
+			clk.now += rng.Int64N(2 * p)
+		default:
+			clk.now -= rng.Int64N(p / 2)
+		}
+		req := ratelimit.Request{Key: key, Limits: limits, Hits: rng.Int64N(5)}
+		want := ref.decide(t, req, clk.now)
+		got, err := s.AllowBatch(context.Background(), []ratelimit.Request{req})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if !equalDecision(got[0], want) {
+			t.Fatalf("step %d at t0%+dus, hits %d, limits %+v:\n redis %+v\n    go %+v", i, clk.now-t0, req.Hits, limits, got[0], want)
+		}
+	}
+}
+
+func equalDecision(a, b ratelimit.Decision) bool {
+	if a.Allowed != b.Allowed || len(a.Results) != len(b.Results) {
+		return false
+	}
+	for i := range a.Results {
+		if a.Results[i] != b.Results[i] {
+			return false
+		}
+	}
+	return true
+}

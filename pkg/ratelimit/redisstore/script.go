@@ -1,0 +1,111 @@
+package redisstore
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+//go:embed decide.lua
+var decideSrc string
+
+// decideScript decides all limits of one request; see decide.lua.
+var decideScript = redis.NewScript(decideSrc)
+
+// Argument and reply layout of decide.lua. The Lua reads ARGV and builds its
+// reply by these positions and codes: change both together.
+const (
+	// argHits and argNow come first; the limits follow, limitArgs each.
+	argHits = iota
+	argNow
+	argFirstLimit
+)
+
+const (
+	// limitArgs is the number of ARGV entries per limit: algorithm code,
+	// requests, period in microseconds, burst.
+	limitArgs = 4
+	// replyHead is the all-allowed flag before the per-limit results.
+	replyHead = 1
+	// replyFields is the number of integers per limit in the reply:
+	// allowed, limit, remaining, reset_after_us, retry_after_us.
+	replyFields = 5
+)
+
+// Hash fields of the window algorithms' state (fixed_window,
+// sliding_window). decide.lua names them F_WINDOW, F_COUNT, F_PREV: change
+// both together. A test reads a stored hash back through these names.
+const (
+	// fieldWindow is the index of the counted window, floor(now / period).
+	fieldWindow = "w"
+	// fieldCount is the hits counted in that window.
+	fieldCount = "c"
+	// fieldPrev is the hits of the window before it (sliding_window).
+	fieldPrev = "p"
+)
+
+// Algorithm codes: the index of the algorithm's decider in decide.lua's
+// deciders table.
+var algCodes = map[ratelimit.Algorithm]int{
+	ratelimit.GCRA:          1,
+	ratelimit.SlidingLog:    2,
+	ratelimit.SlidingWindow: 3,
+	ratelimit.FixedWindow:   4,
+}
+
+// ErrUnexpectedReply means Redis answered the script with a reply of the
+// wrong shape: a different script under the same SHA, or a proxy in the way.
+var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
+
+// scriptArgs builds ARGV for one request. now is a fixed instant in
+// microseconds for tests, or 0 to let the script read Redis's clock.
+func scriptArgs(req ratelimit.Request, now int64) []any {
+	args := make([]any, argFirstLimit, argFirstLimit+limitArgs*len(req.Limits))
+	args[argHits] = req.Hits
+	args[argNow] = ""
+	if now > 0 {
+		args[argNow] = strconv.FormatInt(now, 10)
+	}
+	for _, l := range req.Limits {
+		args = append(args, algCodes[l.Algorithm.OrDefault()], l.Requests, l.Period.Microseconds(), l.Burst)
+	}
+	return args
+}
+
+// parseReply turns the script's integer array into a Decision, checking
+// every element's type.
+func parseReply(v any, limits int) (ratelimit.Decision, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return ratelimit.Decision{}, fmt.Errorf("%w: %T, want array", ErrUnexpectedReply, v)
+	}
+	if len(arr) != replyHead+replyFields*limits {
+		return ratelimit.Decision{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(arr), replyHead+replyFields*limits)
+	}
+	ints := make([]int64, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok {
+			return ratelimit.Decision{}, fmt.Errorf("%w: element %d is %T, want integer", ErrUnexpectedReply, i, e)
+		}
+		ints[i] = n
+	}
+	d := ratelimit.Decision{Allowed: ints[0] == 1, Results: make([]ratelimit.Result, limits)}
+	for i := range d.Results {
+		f := ints[replyHead+replyFields*i:]
+		d.Results[i] = ratelimit.Result{
+			Allowed:    f[0] == 1,
+			Limit:      f[1],
+			Remaining:  f[2],
+			ResetAfter: time.Duration(f[3]) * time.Microsecond,
+			RetryAfter: time.Duration(f[4]) * time.Microsecond,
+		}
+	}
+	return d, nil
+}

@@ -1,0 +1,204 @@
+// Package redisstore keeps rate-limit state in Redis or Redis Cluster, so
+// every replica of the service enforces one shared limit.
+//
+// Each request is decided by one Lua script (decide.lua, embedded) that reads
+// Redis's own clock, evaluates every limit of the request and charges all of
+// them or none, sets a TTL on every key it writes, and touches only keys under
+// the request's hash tag: the same script runs on a standalone server and on
+// a cluster. A batch is one pipeline, which go-redis splits per cluster node:
+// one round trip per node involved.
+//
+// The answers are those of the in-process algorithms in package ratelimit,
+// computed in integer microseconds.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// DefaultPrefix starts every key when Options.Prefix is empty.
+const DefaultPrefix = "xa"
+
+// Client is what the store needs from Redis: scripts and pipelines. Both
+// *redis.Client and *redis.ClusterClient satisfy it.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+)
+
+// Options configures a Store.
+type Options struct {
+	// Prefix starts every key, followed by ":rl:". Default "xa". It must not
+	// contain '{' or '}', which would move the hash tag.
+	Prefix string
+}
+
+// Store is a ratelimit.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	client Client
+	prefix string
+	closed atomic.Bool
+	// now, when set (tests only), gives the script a fixed instant in
+	// microseconds instead of Redis's TIME.
+	now func() int64
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New returns a Store over client. The store does not own the client: close
+// the client after the store. New does not contact Redis, so a server that
+// is down at start-up does not fail construction.
+func New(client Client, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix)
+	}
+	return &Store{client: client, prefix: opts.Prefix}, nil
+}
+
+// Allow decides one limit for one key.
+func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hits int64) (ratelimit.Result, error) {
+	d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{limit}, Hits: hits}})
+	if err != nil {
+		return ratelimit.Result{}, err
+	}
+	return d[0].Results[0], nil
+}
+
+// AllowBatch decides each request atomically (all its limits or none),
+// in one pipeline: one round trip per Redis node involved.
+func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	if s.closed.Load() {
+		return nil, ratelimit.ErrClosed
+	}
+	for i, r := range reqs {
+		if err := validateRequest(r); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	switch len(reqs) {
+	case 0:
+		return []ratelimit.Decision{}, nil
+	case 1:
+		return s.runOne(ctx, reqs[0])
+	}
+	return s.runPipelined(ctx, reqs)
+}
+
+// Ping loads the script on every master (a cluster client loads it on all
+// shards), which both checks that Redis answers and spares the first
+// decisions the EVAL fallback.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return ratelimit.ErrClosed
+	}
+	if err := decideScript.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("redisstore: load script: %w", err)
+	}
+	return nil
+}
+
+// Close marks the store closed; later calls return ratelimit.ErrClosed. It
+// does not close the client. Safe to call twice.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// runOne runs one request with EVALSHA, falling back to EVAL on NOSCRIPT.
+func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.Decision, error) {
+	v, err := decideScript.Run(ctx, s.client, requestKeys(s.prefix, req), scriptArgs(req, s.fixedNow())...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	d, err := parseReply(v, len(req.Limits))
+	if err != nil {
+		return nil, err
+	}
+	return []ratelimit.Decision{d}, nil
+}
+
+// runPipelined sends every request as EVALSHA in one pipeline. A node whose
+// script cache is empty (restart, failover, new shard) answers NOSCRIPT;
+// those requests are re-sent with EVAL, which also loads the script there.
+func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	now := s.fixedNow()
+	keys := make([][]string, len(reqs))
+	args := make([][]any, len(reqs))
+	for i, r := range reqs {
+		keys[i], args[i] = requestKeys(s.prefix, r), scriptArgs(r, now)
+	}
+	cmds := s.pipeline(ctx, func(p redis.Pipeliner, i int) *redis.Cmd {
+		return decideScript.EvalSha(ctx, p, keys[i], args[i]...)
+	}, allIndexes(len(reqs)))
+	var missing []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		retried := s.pipeline(ctx, func(p redis.Pipeliner, i int) *redis.Cmd {
+			return decideScript.Eval(ctx, p, keys[i], args[i]...)
+		}, missing)
+		for j, i := range missing {
+			cmds[i] = retried[j]
+		}
+	}
+	out := make([]ratelimit.Decision, len(reqs))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: request %d: %w", i, err)
+		}
+		if out[i], err = parseReply(v, len(reqs[i].Limits)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// pipeline queues build(p, i) for each index and executes the pipeline; the
+// commands carry their own errors.
+func (s *Store) pipeline(ctx context.Context, build func(redis.Pipeliner, int) *redis.Cmd, idx []int) []*redis.Cmd {
+	p := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(idx))
+	for j, i := range idx {
+		cmds[j] = build(p, i)
+	}
+	_, _ = p.Exec(ctx) // the first error is also on its command
+	return cmds
+}
+
+func (s *Store) fixedNow() int64 {
+	if s.now == nil {
+		return 0
+	}
+	return s.now()
+}
+
+func allIndexes(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
