@@ -3,9 +3,9 @@ package idempotency
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Event names an idempotency outcome counted in metrics.
@@ -37,18 +37,18 @@ var allEvents = []Event{
 	EventFailOpen, EventUnavailable, EventSkipped, EventBodyTooBig,
 }
 
-// The APIs that report metrics (label values of "api").
+// The APIs that report metrics (label values of "api", the same as the
+// decision metrics of pkg/envoy).
 const (
-	APIAuthz   = "authz"
-	APIExtProc = "extproc"
+	APIExtAuthz = "ext_authz"
+	APIExtProc  = "ext_proc"
 )
 
-// Metrics counts idempotency events and times decisions, per API. Several
-// servers may share one registry: NewMetrics reuses collectors that are
-// already registered there.
+// Metrics counts idempotency events per API. Several servers may share one
+// registry: NewMetrics reuses a collector already registered there. (Call
+// latency per API is measured by pkg/envoy's decision histogram.)
 type Metrics struct {
-	events   *prometheus.CounterVec
-	decision *prometheus.HistogramVec
+	events *prometheus.CounterVec
 }
 
 // NewMetrics registers the idempotency metrics on reg (never the global
@@ -61,24 +61,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "extauthz_idempotency_events_total",
 		Help: "Idempotency-Key outcomes by API (authz, extproc) and event.",
 	}, []string{"api", "event"})
-	dec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "extauthz_idempotency_decision_seconds",
-		Help:    "Time to take one idempotency decision (store round trips included), by API.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-	}, []string{"api"})
-	var err error
-	if ev, err = register(reg, ev); err != nil {
+	ev, err := register(reg, ev)
+	if err != nil {
 		return nil, err
 	}
-	if dec, err = register(reg, dec); err != nil {
-		return nil, err
-	}
-	for _, api := range []string{APIAuthz, APIExtProc} {
+	for _, api := range []string{APIExtAuthz, APIExtProc} {
 		for _, e := range allEvents {
 			ev.WithLabelValues(api, string(e))
 		}
 	}
-	return &Metrics{events: ev, decision: dec}, nil
+	return &Metrics{events: ev}, nil
 }
 
 // register registers c, or returns the collector of the same description
@@ -100,7 +92,11 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 // Count adds one event for api.
 func (m *Metrics) Count(api string, e Event) { m.events.WithLabelValues(api, string(e)).Inc() }
 
-// ObserveDecision records how long one decision of api took.
-func (m *Metrics) ObserveDecision(api string, d time.Duration) {
-	m.decision.WithLabelValues(api).Observe(d.Seconds())
+// Value returns the current count of one event (for tests and dashboards).
+func (m *Metrics) Value(api string, e Event) float64 {
+	var out dto.Metric
+	if err := m.events.WithLabelValues(api, string(e)).Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
 }

@@ -1,0 +1,127 @@
+package redisstore
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+)
+
+// One script per transition; each touches one key, so each runs unchanged
+// on Redis Cluster.
+var (
+	//go:embed begin.lua
+	beginSrc string
+	//go:embed complete.lua
+	completeSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed renew.lua
+	renewSrc string
+
+	beginScript    = redis.NewScript(beginSrc)
+	completeScript = redis.NewScript(completeSrc)
+	releaseScript  = redis.NewScript(releaseSrc)
+	renewScript    = redis.NewScript(renewSrc)
+)
+
+// Reply codes of begin.lua. The scripts also hard-code the hash fields
+// st, tok, fp, status, hdr, body, enc and the states 'p' (IN_PROGRESS) and
+// 'c' (COMPLETED): change the Lua and this file together.
+const (
+	codeAcquired   = 1
+	codeReplay     = 2
+	codeInProgress = 3
+	codeMismatch   = 4
+)
+
+// Body encodings stored in the enc field.
+const (
+	encIdentity = ""
+	encGzip     = "gzip"
+)
+
+// ErrUnexpectedReply means Redis answered a script with a reply of the wrong
+// shape (another script under the same SHA, a proxy, or a corrupt record).
+var ErrUnexpectedReply = errors.New("idempotency redisstore: unexpected reply")
+
+// ms renders d as whole milliseconds, rounded up (TTLs are validated >= 1ms).
+func ms(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+}
+
+// parseBegin turns begin.lua's reply into an Outcome (without the lease,
+// which the caller fills in).
+func (s *Store) parseBegin(v any) (idempotency.Outcome, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return idempotency.Outcome{}, fmt.Errorf("%w: %T", ErrUnexpectedReply, v)
+	}
+	code, ok := arr[0].(int64)
+	if !ok {
+		return idempotency.Outcome{}, fmt.Errorf("%w: code %T", ErrUnexpectedReply, arr[0])
+	}
+	switch {
+	case code == codeAcquired && len(arr) == 1:
+		return idempotency.Outcome{Kind: idempotency.Acquired}, nil
+	case code == codeMismatch && len(arr) == 1:
+		return idempotency.Outcome{Kind: idempotency.Mismatch}, nil
+	case code == codeInProgress && len(arr) == 2:
+		pttl, ok := arr[1].(int64)
+		if !ok {
+			return idempotency.Outcome{}, fmt.Errorf("%w: pttl %T", ErrUnexpectedReply, arr[1])
+		}
+		return idempotency.Outcome{Kind: idempotency.InProgress, RetryAfter: time.Duration(max(pttl, 1)) * time.Millisecond}, nil
+	case code == codeReplay && len(arr) == 5:
+		resp, err := s.decodeRecord(arr[1:])
+		if err != nil {
+			return idempotency.Outcome{}, err
+		}
+		return idempotency.Outcome{Kind: idempotency.Replay, Response: resp}, nil
+	}
+	return idempotency.Outcome{}, fmt.Errorf("%w: code %d with %d elements", ErrUnexpectedReply, code, len(arr))
+}
+
+// decodeRecord reads {status, headers, body, encoding} of a COMPLETED record.
+func (s *Store) decodeRecord(f []any) (idempotency.Response, error) {
+	var str [4]string
+	for i, e := range f {
+		v, ok := e.(string)
+		if !ok {
+			return idempotency.Response{}, fmt.Errorf("%w: record field %d is %T", ErrUnexpectedReply, i, e)
+		}
+		str[i] = v
+	}
+	status, err := strconv.Atoi(str[0])
+	if err != nil || status < 100 || status > 599 {
+		return idempotency.Response{}, fmt.Errorf("%w: status %q", ErrUnexpectedReply, str[0])
+	}
+	hs, err := decodeHeaders([]byte(str[1]))
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	body, err := decodeBody(str[3], []byte(str[2]), s.maxBody)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	return idempotency.Response{Status: status, Headers: hs, Body: body}, nil
+}
+
+// lost maps a 0/1 script reply to nil or ErrLeaseLost.
+func lost(v any, err error) error {
+	if err != nil {
+		return err
+	}
+	switch v {
+	case int64(1):
+		return nil
+	case int64(0):
+		return idempotency.ErrLeaseLost
+	}
+	return fmt.Errorf("%w: %v", ErrUnexpectedReply, v)
+}

@@ -1,0 +1,165 @@
+// Package redisstore is an idempotency.Store on Redis or Redis Cluster,
+// shared by every replica so that a key holds across the fleet.
+//
+// Each key is one hash, `<prefix>:idem:{<escaped scope>|<escaped key>}`
+// (idempotency.StorageKey inside the braces, so the whole record lives in
+// one cluster slot), with the fields st (p = IN_PROGRESS, c = COMPLETED),
+// tok (owner token), fp (fingerprint), and, once completed, status, hdr
+// (encoded headers), body and enc (body encoding, ” or 'gzip'). Every
+// transition is one Lua script, atomic on the server, and every write sets a
+// TTL: the lease TTL while IN_PROGRESS, the record TTL once COMPLETED, so no
+// key outlives its purpose. Lease expiry is Redis key expiry, on Redis's
+// clock: replicas' clocks never disagree about it.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+)
+
+// Defaults for Options.
+const (
+	DefaultPrefix        = "xa"
+	DefaultMaxBodyBytes  = 1 << 20
+	DefaultCompressAbove = 1 << 10
+)
+
+// Options configure a Store. The zero value takes every default.
+type Options struct {
+	// Prefix starts every key; default "xa". It must not contain '{' or '}'.
+	Prefix string
+	// MaxBodyBytes caps a stored body (Complete answers ErrTooLarge above
+	// it); default 1 MiB, negative means no cap.
+	MaxBodyBytes int64
+	// CompressAbove gzips bodies of at least this many bytes when that
+	// makes them smaller; default 1 KiB, negative never compresses.
+	CompressAbove int
+}
+
+// Store is an idempotency.Store on Redis. It does not own the client: Close
+// marks the store closed and leaves the client to its owner (it is usually
+// shared with the rate-limit store).
+type Store struct {
+	client   redis.Scripter
+	prefix   string
+	maxBody  int64
+	compress int
+	closed   atomic.Bool
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// New returns a Store over client, a *redis.Client or *redis.ClusterClient
+// (any redis.Scripter).
+func New(client redis.Scripter, o Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("idempotency redisstore: nil client")
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return nil, fmt.Errorf("idempotency redisstore: prefix %q must not contain '{' or '}'", o.Prefix)
+	}
+	s := &Store{client: client, prefix: o.Prefix, maxBody: o.MaxBodyBytes, compress: o.CompressAbove}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.compress == 0 {
+		s.compress = DefaultCompressAbove
+	}
+	return s, nil
+}
+
+// Key returns the Redis key of (scope, key).
+func (s *Store) Key(scope, key string) string {
+	return s.prefix + ":idem:{" + idempotency.StorageKey(scope, key) + "}"
+}
+
+// Begin implements idempotency.Store.
+func (s *Store) Begin(ctx context.Context, scope, key string, fp idempotency.Fingerprint, ttls idempotency.TTLs) (idempotency.Outcome, error) {
+	if err := idempotency.CheckBegin(key, ttls); err != nil {
+		return idempotency.Outcome{}, err
+	}
+	if s.closed.Load() {
+		return idempotency.Outcome{}, idempotency.ErrClosed
+	}
+	token := idempotency.NewToken()
+	v, err := beginScript.Run(ctx, s.client, []string{s.Key(scope, key)}, token, fp.String(), ms(ttls.Lease)).Result()
+	if err != nil {
+		return idempotency.Outcome{}, fmt.Errorf("idempotency begin: %w", err)
+	}
+	o, err := s.parseBegin(v)
+	if err != nil {
+		return idempotency.Outcome{}, err
+	}
+	if o.Kind == idempotency.Acquired {
+		o.Lease = idempotency.Lease{Scope: scope, Key: key, Token: token, TTLs: ttls}
+	}
+	return o, nil
+}
+
+// Complete implements idempotency.Store.
+func (s *Store) Complete(ctx context.Context, l idempotency.Lease, resp idempotency.Response) error {
+	if err := s.check(l); err != nil {
+		return err
+	}
+	if err := idempotency.CheckResponse(resp, s.maxBody); err != nil {
+		return err
+	}
+	enc, body := encodeBody(resp.Body, s.compress)
+	v, err := completeScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)},
+		l.Token, ms(l.TTLs.Record), strconv.Itoa(resp.Status), encodeHeaders(resp.Headers), body, enc).Result()
+	if err = lost(v, err); err != nil {
+		return fmt.Errorf("idempotency complete: %w", err)
+	}
+	return nil
+}
+
+// Release implements idempotency.Store.
+func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
+	if err := s.check(l); err != nil {
+		return err
+	}
+	v, err := releaseScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)}, l.Token).Result()
+	if err = lost(v, err); err != nil {
+		return fmt.Errorf("idempotency release: %w", err)
+	}
+	return nil
+}
+
+// Renew implements idempotency.Store.
+func (s *Store) Renew(ctx context.Context, l idempotency.Lease) error {
+	if err := s.check(l); err != nil {
+		return err
+	}
+	v, err := renewScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)}, l.Token, ms(l.TTLs.Lease)).Result()
+	if err = lost(v, err); err != nil {
+		return fmt.Errorf("idempotency renew: %w", err)
+	}
+	return nil
+}
+
+// Close implements idempotency.Store; later calls answer ErrClosed.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+func (s *Store) check(l idempotency.Lease) error {
+	if err := idempotency.CheckLease(l); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return idempotency.ErrClosed
+	}
+	return nil
+}
