@@ -1,0 +1,153 @@
+package overlimit
+
+import (
+	"hash/maphash"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+const shardCount = 32
+
+// entry is one remembered denial.
+type entry struct {
+	decided  time.Time // when the store was asked (before the call)
+	until    time.Time // decided + the smallest RetryAfter of a denying limit
+	minHits  int64     // requests with fewer hits are not covered
+	decision ratelimit.Decision
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]entry
+}
+
+// cache is a sharded map of denials, bounded by max entries in total.
+type cache struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [shardCount]shard
+}
+
+func newCache(max int) *cache {
+	c := &cache{seed: maphash.MakeSeed(), perShard: (max + shardCount - 1) / shardCount}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]entry)
+	}
+	return c
+}
+
+// entryID identifies a request by its key and each limit's full identity.
+// The key is length-prefixed so that no key can run into the limits.
+func entryID(r ratelimit.Request) string {
+	var b strings.Builder
+	b.Grow(len(r.Key) + 24*len(r.Limits) + 8)
+	b.WriteString(strconv.Itoa(len(r.Key)))
+	b.WriteByte(':')
+	b.WriteString(r.Key)
+	for _, l := range r.Limits {
+		b.WriteByte('|')
+		b.WriteString(string(l.Algorithm.OrDefault()))
+		for _, n := range []int64{l.Requests, int64(l.Period), l.Burst} {
+			b.WriteByte('/')
+			b.WriteString(strconv.FormatInt(n, 10))
+		}
+	}
+	return b.String()
+}
+
+func (c *cache) shard(id string) *shard {
+	return &c.shards[maphash.String(c.seed, id)%shardCount]
+}
+
+// get returns the remembered denial for id, aged to now, when it still
+// covers a request of hits.
+func (c *cache) get(id string, hits int64, now time.Time) (ratelimit.Decision, bool) {
+	sh := c.shard(id)
+	sh.mu.Lock()
+	e, ok := sh.m[id]
+	if ok && !now.Before(e.until) {
+		delete(sh.m, id)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || hits < e.minHits {
+		return ratelimit.Decision{}, false
+	}
+	return aged(e, now), true
+}
+
+// aged copies the stored decision with its durations shortened by the time
+// since it was made.
+func aged(e entry, now time.Time) ratelimit.Decision {
+	elapsed := now.Sub(e.decided)
+	d := ratelimit.Decision{Results: make([]ratelimit.Result, len(e.decision.Results))}
+	for i, r := range e.decision.Results {
+		r.ResetAfter = max(r.ResetAfter-elapsed, 0)
+		if !r.Allowed {
+			r.RetryAfter = max(r.RetryAfter-elapsed, time.Microsecond)
+		}
+		d.Results[i] = r
+	}
+	return d
+}
+
+// put remembers a denial decided at decided, until its earliest possible
+// admission; a denial without a positive RetryAfter is not remembered.
+func (c *cache) put(id string, hits int64, d ratelimit.Decision, decided time.Time) {
+	var wait time.Duration
+	for _, r := range d.Results {
+		if !r.Allowed && r.RetryAfter > 0 && (wait == 0 || r.RetryAfter < wait) {
+			wait = r.RetryAfter
+		}
+	}
+	if wait == 0 {
+		return
+	}
+	e := entry{decided: decided, until: decided.Add(wait), minHits: hits, decision: d}
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[id]; ok && old.minHits < hits && decided.Before(old.until) {
+		return // the existing entry covers more requests
+	}
+	if len(sh.m) >= c.perShard {
+		sh.evict(decided)
+	}
+	sh.m[id] = e
+}
+
+// evict drops expired entries or, when none expired, a sixteenth of the
+// shard chosen arbitrarily, so that the scan is paid once per many inserts.
+func (sh *shard) evict(now time.Time) {
+	n := len(sh.m)
+	for id, e := range sh.m {
+		if !now.Before(e.until) {
+			delete(sh.m, id)
+		}
+	}
+	drop := n/16 + 1
+	if len(sh.m) < n {
+		return
+	}
+	for id := range sh.m {
+		delete(sh.m, id)
+		if drop--; drop == 0 {
+			return
+		}
+	}
+}
+
+func (c *cache) len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,150 @@
+// Package overlimit answers requests already known to be over their limit
+// without asking the backing store. A denied request is remembered until the
+// earliest instant any of its denying limits could admit it again; until
+// then the same request (same key, same limits, at least as many hits) is
+// denied locally. Abusive callers, who make most of the traffic to a full
+// key, then cost no Redis round trip.
+//
+// The cache entry is keyed by the key and every limit's full identity
+// (algorithm, requests, period, burst), so a request whose limit changed, as
+// with Envoy's per-descriptor limit override, is a different entry and is
+// decided by the store (envoyproxy/ratelimit keys its cache by the Redis key
+// alone and keeps denying a raised override: its issue #1077).
+//
+// Remembered denials stay correct because no algorithm admits sooner than its
+// RetryAfter while other traffic can only push that instant later; the clock
+// is read before the store is asked, so the entry never outlives the store's
+// own answer.
+package overlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// DefaultMaxEntries bounds the cache when Options.MaxEntries is zero.
+const DefaultMaxEntries = 100_000
+
+// ErrInvalidOptions means New was given unusable Options.
+var ErrInvalidOptions = errors.New("invalid overlimit options")
+
+// Options configures a Store.
+type Options struct {
+	// MaxEntries bounds the remembered denials; default 100,000. When full,
+	// expired entries are dropped first, then arbitrary ones (forgetting a
+	// denial only costs a store round trip).
+	MaxEntries int
+	// Registerer receives the metrics; required.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is a ratelimit.Store that remembers denials of an inner store. It
+// owns the inner store: Close closes it.
+type Store struct {
+	inner ratelimit.Store
+	now   func() time.Time
+	cache *cache
+	hits  prometheus.Counter
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New wraps inner.
+func New(inner ratelimit.Store, opts Options) (*Store, error) {
+	switch {
+	case inner == nil:
+		return nil, fmt.Errorf("%w: nil inner store", ErrInvalidOptions)
+	case opts.Registerer == nil:
+		return nil, fmt.Errorf("%w: nil Registerer", ErrInvalidOptions)
+	case opts.MaxEntries < 0:
+		return nil, fmt.Errorf("%w: negative MaxEntries", ErrInvalidOptions)
+	}
+	if opts.MaxEntries == 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Store{inner: inner, now: opts.Now, cache: newCache(opts.MaxEntries)}
+	s.hits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "extauthz_ratelimit_local_cache_hits_total",
+		Help: "Rate-limit requests denied from the local over-limit cache without asking the store.",
+	})
+	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "extauthz_ratelimit_local_cache_entries",
+		Help: "Denials remembered by the local over-limit cache, expired ones included until swept.",
+	}, func() float64 { return float64(s.cache.len()) })
+	for _, c := range []prometheus.Collector{s.hits, size} {
+		if err := opts.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("overlimit metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Allow decides one limit for one key.
+func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hits int64) (ratelimit.Result, error) {
+	d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{limit}, Hits: hits}})
+	if err != nil {
+		return ratelimit.Result{}, err
+	}
+	return d[0].Results[0], nil
+}
+
+// AllowBatch answers remembered denials locally and sends the rest to the
+// inner store in one batch.
+func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	now := s.now()
+	out := make([]ratelimit.Decision, len(reqs))
+	ids := make([]string, len(reqs))
+	var miss []int
+	for i, r := range reqs {
+		ids[i] = entryID(r)
+		if d, ok := s.cache.get(ids[i], r.Hits, now); ok {
+			out[i] = d
+			s.hits.Inc()
+			continue
+		}
+		miss = append(miss, i)
+	}
+	if len(miss) == 0 {
+		return out, nil
+	}
+	sub := reqs
+	if len(miss) < len(reqs) {
+		sub = make([]ratelimit.Request, len(miss))
+		for j, i := range miss {
+			sub[j] = reqs[i]
+		}
+	}
+	got, err := s.inner.AllowBatch(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range miss {
+		out[i] = got[j]
+		if !got[j].Allowed {
+			s.cache.put(ids[i], reqs[i].Hits, got[j], now)
+		}
+	}
+	return out, nil
+}
+
+// Ready reports the inner store's readiness when it has one.
+func (s *Store) Ready(ctx context.Context) error {
+	if r, ok := s.inner.(interface{ Ready(context.Context) error }); ok {
+		return r.Ready(ctx)
+	}
+	return nil
+}
+
+// Close closes the inner store.
+func (s *Store) Close() error { return s.inner.Close() }
