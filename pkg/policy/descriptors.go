@@ -115,14 +115,17 @@ func (d *decoder) descriptor(f field, parent *node, b *domainBuilder) {
 // returns nil when it has neither (a placeholder for nested descriptors, or,
 // with no children either, an allow-listed descriptor).
 func (d *decoder) rule(df descriptorFields, b *domainBuilder) *Rule {
+	// An empty `rate_limit:` is no limit, as envoyproxy/ratelimit reads it.
+	hasOne := df.has["rate_limit"] && !isNull(df.rateLimit.node)
+	hasMany := df.has["rate_limits"] && !isNull(df.rateLimits.node)
 	var specs []limitSpec
 	switch {
-	case df.has["rate_limit"] && df.has["rate_limits"]:
+	case hasOne && hasMany:
 		d.problem(df.rateLimits.line, df.rateLimits.path, "rate_limit and rate_limits are mutually exclusive")
 		return nil
-	case df.has["rate_limit"]:
+	case hasOne:
 		specs = []limitSpec{d.limit(df.rateLimit, inRateLimit)}
-	case df.has["rate_limits"]:
+	case hasMany:
 		specs = d.limitList(df.rateLimits, inRateLimits)
 	default:
 		return nil

@@ -199,15 +199,21 @@ func parseYAML(name string, data []byte, probs *Errors) (*yaml.Node, bool) {
 		*probs = append(*probs, yamlProblem(name, err))
 		return nil, false
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		line := extra.Line
+	// Further documents are an error unless empty (a trailing "---").
+	for {
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			*probs = append(*probs, yamlProblem(name, err))
 			return nil, false
 		}
-		*probs = append(*probs, &Problem{File: name, Line: line, Message: "more than one YAML document; put one per file"})
-		return nil, false
+		if len(extra.Content) > 0 && !isNull(extra.Content[0]) {
+			*probs = append(*probs, &Problem{File: name, Line: extra.Line, Message: "more than one YAML document; put one per file"})
+			return nil, false
+		}
 	}
 	if len(doc.Content) == 0 {
 		return nil, true

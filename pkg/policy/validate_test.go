@@ -140,6 +140,10 @@ func TestValidationOneDocumentPerFile(t *testing.T) {
 	if !strings.Contains(msg, "two.yaml:") || !strings.Contains(msg, "more than one YAML document") {
 		t.Errorf("got %q", msg)
 	}
+	// A leading or trailing "---" is not a second document.
+	if p := mustLoad(t, "one.yaml", "---\ndomain: a\n---\n"); p.Domain("a") == nil {
+		t.Error("domain a not loaded")
+	}
 }
 
 func TestValidationAcrossFiles(t *testing.T) {
