@@ -1,0 +1,196 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// Authz serves envoy.service.auth.v3.Authorization for the policy's HTTP
+// section. For the first route that matches a request it applies, in order:
+//
+//  1. the route's rate limits, per tenant, unless the request is exempt:
+//     429 problem+json with RateLimit-Policy, RateLimit and Retry-After;
+//  2. the route's Idempotency-Key settings: 400 (key missing or
+//     malformed), 409 + Retry-After (in flight), 422 (used with another
+//     request), the stored response with Idempotent-Replayed: true, 503
+//     (store down, route fails closed), or OK holding a lease that is handed
+//     to ext_proc in dynamic_metadata (see MetadataField).
+//
+// A stored response whose body is not valid UTF-8 (ext_authz bodies are
+// proto strings) is not replayed here: the request is admitted without a
+// lease and marked with action "replay", and ext_proc, which sees the
+// request headers of wiring (b), answers with the stored bytes before the
+// upstream is called.
+type Authz struct {
+	authv3.UnimplementedAuthorizationServer
+
+	limits   ratelimit.Store
+	gate     gate
+	policies PolicySource
+	metrics  *Metrics
+}
+
+// NewAuthz returns an Authz deciding rate limits with limits and
+// idempotency with idem, under the policies' current snapshot. events
+// counts idempotency outcomes; metrics the decisions and their latency.
+func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics) (*Authz, error) {
+	switch {
+	case isNil(limits):
+		return nil, errors.New("envoy: NewAuthz: nil rate-limit store")
+	case isNil(idem):
+		return nil, errors.New("envoy: NewAuthz: nil idempotency store")
+	case isNil(policies):
+		return nil, errors.New("envoy: NewAuthz: nil policy source")
+	case metrics == nil || events == nil:
+		return nil, errors.New("envoy: NewAuthz: nil metrics")
+	}
+	return &Authz{limits: limits, gate: gate{store: idem, events: events}, policies: policies, metrics: metrics}, nil
+}
+
+// Register registers the server on r (a *grpc.Server).
+func (s *Authz) Register(r grpc.ServiceRegistrar) {
+	authv3.RegisterAuthorizationServer(r, s)
+}
+
+// Domain label of ext_authz decisions in extauthz_decisions_total.
+const authzDomain = "http"
+
+// Check answers one ext_authz call. A request without HTTP attributes is
+// codes.InvalidArgument; a failing rate-limit store is codes.Unavailable
+// (Envoy then applies failure_mode_allow / status_on_error).
+func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	start := time.Now()
+	defer func() { s.metrics.Latency(APIExtAuthz, time.Since(start)) }()
+
+	hr := req.GetAttributes().GetRequest().GetHttp()
+	if hr == nil || hr.GetMethod() == "" || hr.GetPath() == "" {
+		s.metrics.Invalid(APIExtAuthz, "no_http_request")
+		return nil, status.Error(codes.InvalidArgument, "CheckRequest has no attributes.request.http method and path")
+	}
+	h := httpPolicy(s.policies.Current())
+	route := h.Route(hr.GetMethod(), hr.GetPath())
+	if route == nil {
+		s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeNoMatch)
+		return okResponse(nil, nil), nil
+	}
+	r := newCheckRequest(req)
+	r.tenant = httpTenant(h.Tenant, r.headers, r.principal, r.extensions)
+
+	var rlHeaders []*corev3.HeaderValue
+	if len(route.Limits) > 0 && !h.IsExempt(r.path, r.headers.joined(), r.principal) {
+		over, hs, err := s.rateLimit(ctx, r.tenant, route)
+		if err != nil {
+			s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeError)
+			return nil, status.Error(codes.Unavailable, "rate-limit store: "+err.Error())
+		}
+		if over != nil {
+			s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeOverLimit)
+			return deniedResponse(codes.ResourceExhausted, over), nil
+		}
+		rlHeaders = hs
+	}
+	s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeOK)
+	return s.idempotency(ctx, route, r, rlHeaders), nil
+}
+
+// idempotency takes the Idempotency-Key decision and renders it.
+func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkRequest, rl []*corev3.HeaderValue) *authv3.CheckResponse {
+	if id := applies(route, r.method); id != nil && r.partialBody {
+		s.gate.events.Count(idempotency.APIExtAuthz, idempotency.EventBodyTooBig)
+		return deniedResponse(codes.PermissionDenied, withHeaders(problemBodyTooLarge(), rl))
+	}
+	res := s.gate.decide(ctx, idempotency.APIExtAuthz, route, r.idemRequest)
+	switch res.kind {
+	case gateReply:
+		return deniedResponse(codes.PermissionDenied, withHeaders(res.reply, rl))
+	case gateReplay:
+		rep := replayReply(route.Idempotency, res.stored)
+		if !replayableHere(rep) {
+			// Admit without a lease; ext_proc replays the bytes.
+			h := handoff{action: ActionReplay, route: route.Name, fp: res.fp,
+				lease: idempotency.Lease{Scope: r.tenant, Key: mustKey(r.headers), TTLs: ttlsOf(route.Idempotency)}}
+			return okResponse(rl, h.toStruct())
+		}
+		s.gate.events.Count(idempotency.APIExtAuthz, idempotency.EventReplayed)
+		return deniedResponse(codes.PermissionDenied, withHeaders(rep, rl))
+	case gateLease:
+		h := handoff{action: ActionLease, lease: res.lease, route: route.Name, fp: res.fp}
+		return okResponse(rl, h.toStruct())
+	}
+	return okResponse(rl, nil)
+}
+
+// mustKey re-reads the key of a request the gate already validated.
+func mustKey(hs headerList) string {
+	v, _ := hs.get(HeaderIdempotencyKey)
+	k, _ := idempotency.ParseKey(v)
+	return k
+}
+
+// replayableHere reports whether ext_authz can send rep: its body and
+// header values must be valid UTF-8 (proto strings) and its status one of
+// the codes type.v3.StatusCode defines.
+func replayableHere(rep *reply) bool {
+	if _, ok := typev3.StatusCode_name[int32(rep.status)]; !ok || !utf8.Valid(rep.body) {
+		return false
+	}
+	for _, h := range rep.headers {
+		if !utf8.ValidString(h[1]) {
+			return false
+		}
+	}
+	return true
+}
+
+// withHeaders adds the rate-limit headers to a reply.
+func withHeaders(r *reply, hs []*corev3.HeaderValue) *reply {
+	for _, h := range hs {
+		r.headers = append(r.headers, [2]string{h.GetKey(), h.GetValue()})
+	}
+	return r
+}
+
+// okResponse admits the request, adding hs to the eventual response and
+// md to the request's dynamic metadata.
+func okResponse(hs []*corev3.HeaderValue, md *structpb.Struct) *authv3.CheckResponse {
+	ok := &authv3.OkHttpResponse{}
+	for _, h := range hs {
+		ok.ResponseHeadersToAdd = append(ok.ResponseHeadersToAdd, &corev3.HeaderValueOption{
+			Header: h, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	}
+	return &authv3.CheckResponse{
+		Status:          &rpcstatus.Status{Code: int32(codes.OK)},
+		HttpResponse:    &authv3.CheckResponse_OkResponse{OkResponse: ok},
+		DynamicMetadata: md,
+	}
+}
+
+// deniedResponse answers the client with r instead of the upstream.
+func deniedResponse(code codes.Code, r *reply) *authv3.CheckResponse {
+	d := &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.status)}, Body: string(r.body)}
+	for _, h := range r.headers {
+		d.Headers = append(d.Headers, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: h[0], Value: h[1]},
+			AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD,
+		})
+	}
+	return &authv3.CheckResponse{
+		Status:       &rpcstatus.Status{Code: int32(code)},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: d},
+	}
+}

@@ -1,0 +1,223 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/policy"
+)
+
+// Request headers read for idempotency.
+const (
+	// HeaderIdempotencyKey carries the client's key.
+	HeaderIdempotencyKey = "idempotency-key"
+	// HeaderIdempotentReplayed marks a replayed response (Stripe's name;
+	// the IETF draft defines none). Its value is "true".
+	HeaderIdempotentReplayed = "idempotent-replayed"
+)
+
+// headerList is a request's or response's headers, names lower-cased, in
+// arrival order; a name may repeat.
+type headerList []idempotency.Header
+
+// values returns every value of name (lower case), in order.
+func (h headerList) values(name string) []string {
+	var out []string
+	for _, f := range h {
+		if f.Name == name {
+			out = append(out, f.Value)
+		}
+	}
+	return out
+}
+
+// get returns the first value of name.
+func (h headerList) get(name string) (string, bool) {
+	for _, f := range h {
+		if f.Name == name {
+			return f.Value, true
+		}
+	}
+	return "", false
+}
+
+// joined returns the headers as a map, repeated values joined by commas as
+// Envoy joins them for ext_authz.
+func (h headerList) joined() map[string]string {
+	m := make(map[string]string, len(h))
+	for _, f := range h {
+		if v, ok := m[f.Name]; ok {
+			m[f.Name] = v + "," + f.Value
+		} else {
+			m[f.Name] = f.Value
+		}
+	}
+	return m
+}
+
+// headersFromMap turns ext_authz's header map into a list, sorted by name
+// so that anything derived from it is deterministic.
+func headersFromMap(m map[string]string) headerList {
+	h := make(headerList, 0, len(m))
+	for k, v := range m {
+		h = append(h, idempotency.Header{Name: strings.ToLower(k), Value: v})
+	}
+	sort.Slice(h, func(i, j int) bool { return h[i].Name < h[j].Name })
+	return h
+}
+
+// httpTenant resolves a request's tenant from the policy's sources: the
+// header, then the mTLS principal, then the route's context extension; the
+// first non-empty one wins, else the policy's default.
+func httpTenant(src policy.TenantSource, hs headerList, principal string, ext map[string]string) string {
+	if src.Header != "" {
+		if v, _ := hs.get(strings.ToLower(src.Header)); v != "" {
+			return v
+		}
+	}
+	if src.Principal && principal != "" {
+		return principal
+	}
+	if src.ContextExtension != "" && ext[src.ContextExtension] != "" {
+		return ext[src.ContextExtension]
+	}
+	return src.Default
+}
+
+// idemRequest is what both servers know of a request for idempotency.
+type idemRequest struct {
+	method, path string // path is the request target, query included
+	headers      headerList
+	body         []byte
+	tenant       string
+}
+
+// gateKind is what the idempotency gate decided for a request.
+type gateKind int
+
+const (
+	gatePass   gateKind = iota // no idempotency applies: let it through
+	gateReply                  // answer with result.reply instead of the upstream
+	gateReplay                 // answer with the stored result.stored
+	gateLease                  // let it through holding result.lease
+	gateOpen                   // the store failed; let it through without a lease
+)
+
+type gateResult struct {
+	kind   gateKind
+	reply  *reply
+	lease  idempotency.Lease
+	fp     idempotency.Fingerprint
+	stored idempotency.Response
+}
+
+// gate takes the request-side decision shared by ext_authz and ext_proc.
+type gate struct {
+	store  idempotency.Store
+	events *idempotency.Metrics
+}
+
+// applies returns the route's idempotency settings if they apply to method.
+func applies(route *policy.Route, method string) *policy.Idempotency {
+	if route == nil || route.Idempotency == nil || !route.Idempotency.AppliesTo(method) {
+		return nil
+	}
+	return route.Idempotency
+}
+
+// key validates the request's Idempotency-Key. It returns the key, or a
+// 400 reply, or neither when the key is absent from an optional route.
+func (g *gate) key(api string, id *policy.Idempotency, hs headerList) (string, *reply) {
+	vs := hs.values(HeaderIdempotencyKey)
+	switch {
+	case len(vs) == 0 && id.KeyRequired:
+		g.events.Count(api, idempotency.EventMissing)
+		return "", problemKeyMissing()
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		g.events.Count(api, idempotency.EventMalformed)
+		return "", problemKeyMalformed(errors.New("the Idempotency-Key field is repeated"))
+	}
+	k, err := idempotency.ParseKey(vs[0])
+	if err != nil {
+		g.events.Count(api, idempotency.EventMalformed)
+		return "", problemKeyMalformed(err)
+	}
+	return k, nil
+}
+
+// fingerprint hashes the request with the route's fingerprint headers.
+func fingerprint(id *policy.Idempotency, r idemRequest) idempotency.Fingerprint {
+	var hs []idempotency.Header
+	for _, name := range id.FingerprintHeaders {
+		n := strings.ToLower(name)
+		for _, v := range r.headers.values(n) {
+			hs = append(hs, idempotency.Header{Name: n, Value: v})
+		}
+	}
+	return idempotency.NewFingerprint(r.method, r.path, r.body, hs)
+}
+
+func ttlsOf(id *policy.Idempotency) idempotency.TTLs {
+	return idempotency.TTLs{Lease: id.LeaseTTL, Record: id.RecordTTL}
+}
+
+// begin runs Begin for a validated key and maps the outcome. failClosed
+// picks the answer when the store fails: 503, or admit without a lease.
+func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency.Fingerprint, ttls idempotency.TTLs, failClosed bool) gateResult {
+	o, err := g.store.Begin(ctx, scope, key, fp, ttls)
+	if err != nil {
+		g.events.Count(api, idempotency.EventStoreError)
+		if failClosed {
+			g.events.Count(api, idempotency.EventUnavailable)
+			return gateResult{kind: gateReply, reply: problemUnavailable()}
+		}
+		g.events.Count(api, idempotency.EventFailOpen)
+		return gateResult{kind: gateOpen}
+	}
+	switch o.Kind {
+	case idempotency.Acquired:
+		g.events.Count(api, idempotency.EventAcquired)
+		return gateResult{kind: gateLease, lease: o.Lease, fp: fp}
+	case idempotency.InProgress:
+		g.events.Count(api, idempotency.EventConflict)
+		return gateResult{kind: gateReply, reply: problemInProgress(o.RetryAfter)}
+	case idempotency.Mismatch:
+		g.events.Count(api, idempotency.EventMismatch)
+		return gateResult{kind: gateReply, reply: problemKeyReused()}
+	}
+	return gateResult{kind: gateReplay, stored: o.Response, fp: fp}
+}
+
+// decide is the whole request-side decision for one request on route.
+func (g *gate) decide(ctx context.Context, api string, route *policy.Route, r idemRequest) gateResult {
+	id := applies(route, r.method)
+	if id == nil {
+		return gateResult{kind: gatePass}
+	}
+	key, bad := g.key(api, id, r.headers)
+	switch {
+	case bad != nil:
+		return gateResult{kind: gateReply, reply: bad}
+	case key == "":
+		return gateResult{kind: gatePass}
+	}
+	return g.begin(ctx, api, r.tenant, key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
+}
+
+// replayReply renders a stored response for replay: its status, body and
+// allow-listed headers (filtered again, in case the allow-list shrank since
+// it was stored), plus Idempotent-Replayed: true.
+func replayReply(id *policy.Idempotency, resp idempotency.Response) *reply {
+	hs := idempotency.ReplayHeaders(resp.Headers, id.ReplayHeader)
+	r := &reply{status: resp.Status, body: resp.Body, headers: make([][2]string, 0, len(hs)+1)}
+	for _, h := range hs {
+		r.headers = append(r.headers, [2]string{h.Name, h.Value})
+	}
+	r.headers = append(r.headers, [2]string{HeaderIdempotentReplayed, "true"})
+	return r
+}

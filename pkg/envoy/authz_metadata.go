@@ -1,0 +1,104 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+)
+
+// ExtAuthzNamespace is the dynamic-metadata namespace Envoy files ext_authz's
+// dynamic_metadata under; ext_proc must forward it
+// (metadata_options.forwarding_namespaces.untyped) for wiring (b).
+const ExtAuthzNamespace = "envoy.filters.http.ext_authz"
+
+// The dynamic metadata ext_authz hands to ext_proc: one struct under the
+// field MetadataField of ExtAuthzNamespace,
+//
+//	idempotency:
+//	  action:        "lease"   the request goes upstream holding the lease
+//	                 "replay"  completed, but the stored response cannot go
+//	                           through ext_authz (binary body): ext_proc replays it
+//	  scope, key:    the tenant and the Idempotency-Key
+//	  token:         the lease's owner token (action lease)
+//	  route:         the policy route's name (store statuses, header allow-list)
+//	  fingerprint:   hex SHA-256 of the request
+//	  lease_ttl_ms, record_ttl_ms: the route's TTLs when the lease was taken
+const (
+	MetadataField  = "idempotency"
+	ActionLease    = "lease"
+	ActionReplay   = "replay"
+	mdAction       = "action"
+	mdScope        = "scope"
+	mdKey          = "key"
+	mdToken        = "token"
+	mdRoute        = "route"
+	mdFingerprint  = "fingerprint"
+	mdLeaseTTLms   = "lease_ttl_ms"
+	mdRecordTTLms  = "record_ttl_ms"
+	maxMetadataTTL = 366 * 24 * time.Hour
+)
+
+// handoff is what ext_authz tells ext_proc about one request.
+type handoff struct {
+	action string
+	lease  idempotency.Lease // Token empty for a replay
+	route  string
+	fp     idempotency.Fingerprint
+}
+
+// toStruct renders h as ext_authz's dynamic_metadata.
+func (h handoff) toStruct() *structpb.Struct {
+	inner := &structpb.Struct{Fields: map[string]*structpb.Value{
+		mdAction:      structpb.NewStringValue(h.action),
+		mdScope:       structpb.NewStringValue(h.lease.Scope),
+		mdKey:         structpb.NewStringValue(h.lease.Key),
+		mdRoute:       structpb.NewStringValue(h.route),
+		mdFingerprint: structpb.NewStringValue(h.fp.String()),
+		mdLeaseTTLms:  structpb.NewNumberValue(float64(h.lease.TTLs.Lease.Milliseconds())),
+		mdRecordTTLms: structpb.NewNumberValue(float64(h.lease.TTLs.Record.Milliseconds())),
+	}}
+	if h.lease.Token != "" {
+		inner.Fields[mdToken] = structpb.NewStringValue(h.lease.Token)
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{MetadataField: structpb.NewStructValue(inner)}}
+}
+
+var errBadHandoff = errors.New("malformed idempotency metadata")
+
+// handoffFrom reads ext_authz's handoff from ext_proc's metadata_context;
+// ok is false when there is none.
+func handoffFrom(md *corev3.Metadata) (h handoff, ok bool, err error) {
+	ns := md.GetFilterMetadata()[ExtAuthzNamespace]
+	v := ns.GetFields()[MetadataField]
+	if v == nil {
+		return h, false, nil
+	}
+	f := v.GetStructValue().GetFields()
+	str := func(k string) string { return f[k].GetStringValue() }
+	ms := func(k string) time.Duration {
+		n := f[k].GetNumberValue()
+		if n < 1 || n > float64(maxMetadataTTL.Milliseconds()) {
+			return 0
+		}
+		return time.Duration(n) * time.Millisecond
+	}
+	h = handoff{action: str(mdAction), route: str(mdRoute)}
+	h.lease = idempotency.Lease{Scope: str(mdScope), Key: str(mdKey), Token: str(mdToken),
+		TTLs: idempotency.TTLs{Lease: ms(mdLeaseTTLms), Record: ms(mdRecordTTLms)}}
+	if h.fp, err = idempotency.ParseFingerprint(str(mdFingerprint)); err != nil {
+		return h, true, fmt.Errorf("%w: %w", errBadHandoff, err)
+	}
+	if err := idempotency.CheckBegin(h.lease.Key, h.lease.TTLs); err != nil {
+		return h, true, fmt.Errorf("%w: %w", errBadHandoff, err)
+	}
+	switch {
+	case h.action == ActionLease && h.lease.Token != "", h.action == ActionReplay:
+		return h, true, nil
+	}
+	return h, true, fmt.Errorf("%w: action %q", errBadHandoff, h.action)
+}

@@ -1,0 +1,138 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+)
+
+// ExtProc serves envoy.service.ext_proc.v3.ExternalProcessor for the
+// Idempotency-Key lifecycle. One stream is one HTTP request; the server
+// keeps it open until the response phase. It supports both wirings of
+// docs/idempotency.md, told apart per stream:
+//
+//   - wiring (b), ext_authz + ext_proc: the request carries ext_authz's
+//     handoff in metadata_context (forwarded namespace ExtAuthzNamespace).
+//     Action "lease": the stream renews the lease while the upstream works
+//     and settles it on the response. Action "replay": the stream answers
+//     the stored response (binary-safe) on the request headers.
+//   - wiring (a), ext_proc alone: no handoff and the request body mode is
+//     BUFFERED (protocol_config, or a request body arriving). The stream
+//     validates the key on the request headers (400), takes the decision
+//     on the whole body (409, 422, replay via ImmediateResponse, or proceed
+//     holding a lease), and settles the lease on the response.
+//
+// Settling the lease on the response (DESIGN §4): a real upstream reply
+// (response.code_details via_upstream) with a status the route stores is
+// Complete'd once its whole body arrived; any other real reply is Released
+// (a retry runs again); an Envoy local reply for a request that never
+// reached the upstream (connect failure, no healthy host, overflow, no
+// route: response.flags UF, UH, UO, NR, NC, DF, or a later filter's RL,
+// UAEX, RLSE, FI) is Released; every other outcome — upstream timeout,
+// reset, a stream that ends before the whole response — keeps the lease
+// until its TTL, because the upstream may still have run. A body over the
+// route's max_body_bytes passes through and the lease is Released.
+type ExtProc struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	gate       gate
+	policies   PolicySource
+	metrics    *Metrics
+	ticker     func(time.Duration) (<-chan time.Time, func())
+	maxReqBody int
+}
+
+// ExtProcOption configures NewExtProc.
+type ExtProcOption func(*ExtProc)
+
+// DefaultMaxRequestBody bounds the request body ext_proc buffers for a
+// fingerprint (Envoy's own buffer limit is normally far lower).
+const DefaultMaxRequestBody = 16 << 20
+
+// WithMaxRequestBody bounds the request body buffered for the fingerprint
+// in wiring (a); a larger one is answered 413.
+func WithMaxRequestBody(n int) ExtProcOption {
+	return func(s *ExtProc) {
+		if n > 0 {
+			s.maxReqBody = n
+		}
+	}
+}
+
+// WithRenewTicker replaces the ticker that paces lease renewals (every
+// lease TTL / 3); tests drive renewals by hand with it. f returns the tick
+// channel and a stop function.
+func WithRenewTicker(f func(time.Duration) (<-chan time.Time, func())) ExtProcOption {
+	return func(s *ExtProc) {
+		if f != nil {
+			s.ticker = f
+		}
+	}
+}
+
+// NewExtProc returns an ExtProc keeping idempotency records in idem under
+// the policies' current snapshot. events counts idempotency outcomes;
+// metrics times each message.
+func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics, opts ...ExtProcOption) (*ExtProc, error) {
+	switch {
+	case isNil(idem):
+		return nil, errors.New("envoy: NewExtProc: nil idempotency store")
+	case isNil(policies):
+		return nil, errors.New("envoy: NewExtProc: nil policy source")
+	case metrics == nil || events == nil:
+		return nil, errors.New("envoy: NewExtProc: nil metrics")
+	}
+	s := &ExtProc{gate: gate{store: idem, events: events}, policies: policies, metrics: metrics,
+		ticker: realTicker, maxReqBody: DefaultMaxRequestBody}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s, nil
+}
+
+func realTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// Register registers the server on r (a *grpc.Server).
+func (s *ExtProc) Register(r grpc.ServiceRegistrar) {
+	extprocv3.RegisterExternalProcessorServer(r, s)
+}
+
+// Process handles one HTTP request's stream: one reply per message, until
+// Envoy closes the stream. A stream that ends before the response settled
+// a held lease leaves the lease to its TTL (the outcome is unknown).
+func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	st := newProcStream(s, stream.Context())
+	defer st.finish()
+	for {
+		req, err := stream.Recv()
+		switch {
+		case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled, errors.Is(err, context.Canceled):
+			return nil
+		case err != nil:
+			return err
+		}
+		start := time.Now()
+		resp, err := st.handle(req)
+		s.metrics.Latency(APIExtProc, time.Since(start))
+		if err != nil {
+			s.metrics.Invalid(APIExtProc, "unknown_phase")
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package envoy
+
+import (
+	"context"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/policy"
+)
+
+// procStream is the state of one ext_proc stream (one HTTP request).
+// Messages of a stream arrive one at a time, so only the renewer goroutine
+// runs concurrently with it, and it touches nothing here but its own fields.
+type procStream struct {
+	s     *ExtProc
+	ctx   context.Context
+	pol   *policy.HTTP
+	attrs map[string]*structpb.Value // request and response attributes seen so far
+
+	bodyMode  filterv3.ProcessingMode_BodySendMode
+	modeKnown bool // protocol_config said which request body mode applies
+
+	pending *pendingBegin // wiring (a): key checked, waiting for the body
+
+	lease   *idempotency.Lease  // held by this request (either wiring)
+	id      *policy.Idempotency // settings of the lease's route; nil if it vanished
+	renew   *renewer
+	capture *capture // buffering a response to store
+	settled bool     // the lease was completed, released or left to expire
+}
+
+// pendingBegin is a wiring (a) request whose body is still arriving.
+type pendingBegin struct {
+	id   *policy.Idempotency
+	req  idemRequest
+	key  string
+	body []byte
+}
+
+func newProcStream(s *ExtProc, ctx context.Context) *procStream {
+	return &procStream{s: s, ctx: ctx, pol: httpPolicy(s.policies.Current()), attrs: map[string]*structpb.Value{}}
+}
+
+const apiExtProc = idempotency.APIExtProc
+
+// handle answers one message.
+func (st *procStream) handle(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	st.observe(req)
+	switch v := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.requestHeaders(req, v.RequestHeaders), nil
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(v.RequestBody), nil
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.requestTrailers(), nil
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return st.responseHeaders(v.ResponseHeaders), nil
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return st.responseBody(v.ResponseBody), nil
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return st.responseTrailers(), nil
+	}
+	return nil, status.Error(codes.InvalidArgument, "ProcessingRequest without a known phase")
+}
+
+// observe records what any message may carry: the protocol configuration
+// (first message) and attributes (first message of each direction).
+func (st *procStream) observe(req *extprocv3.ProcessingRequest) {
+	if pc := req.GetProtocolConfig(); pc != nil && !st.modeKnown {
+		st.bodyMode, st.modeKnown = pc.GetRequestBodyMode(), true
+	}
+	for _, s := range req.GetAttributes() {
+		for k, v := range s.GetFields() {
+			st.attrs[k] = v
+		}
+	}
+}
+
+// requestHeaders: wiring (b) acts on ext_authz's handoff; wiring (a)
+// checks the key and, for a bodiless request, decides at once.
+func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	hand, ok, err := handoffFrom(req.GetMetadataContext())
+	switch {
+	case err != nil:
+		// Not ours to fix, and no lease can be trusted: let it through.
+		st.s.metrics.Invalid(APIExtProc, "bad_metadata")
+		return continueRequestHeaders()
+	case ok:
+		return requestHeadersReply(st.fromHandoff(hand))
+	case st.modeKnown && st.bodyMode != filterv3.ProcessingMode_BUFFERED:
+		return continueRequestHeaders() // not wiring (a): nothing to decide here
+	}
+	hs := protoHeaders(h.GetHeaders())
+	method, _ := hs.get(":method")
+	path, _ := hs.get(":path")
+	id := applies(st.pol.Route(method, path), method)
+	if id == nil {
+		return continueRequestHeaders()
+	}
+	key, bad := st.s.gate.key(apiExtProc, id, hs)
+	switch {
+	case bad != nil:
+		return immediate(bad, "extauthz_idempotency_key")
+	case key == "":
+		return continueRequestHeaders()
+	}
+	principal := st.attrs["source.principal"].GetStringValue()
+	p := &pendingBegin{id: id, key: key,
+		req: idemRequest{method: method, path: path, headers: hs, tenant: httpTenant(st.pol.Tenant, hs, principal, nil)}}
+	if h.GetEndOfStream() {
+		return requestHeadersReply(st.begin(p))
+	}
+	st.pending = p
+	return continueRequestHeaders()
+}
+
+// requestBody collects a wiring (a) body and decides at its end.
+func (st *procStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	p := st.pending
+	if p == nil {
+		return continueRequestBody()
+	}
+	p.body = append(p.body, b.GetBody()...)
+	if len(p.body) > st.s.maxReqBody {
+		st.pending = nil
+		st.s.gate.events.Count(apiExtProc, idempotency.EventBodyTooBig)
+		return immediate(problemBodyTooLarge(), "extauthz_idempotency_body")
+	}
+	if !b.GetEndOfStream() {
+		return continueRequestBody()
+	}
+	st.pending = nil
+	return requestBodyReply(st.begin(p))
+}
+
+// requestTrailers end a body that did not say end_of_stream.
+func (st *procStream) requestTrailers() *extprocv3.ProcessingResponse {
+	if p := st.pending; p != nil {
+		st.pending = nil
+		if r := st.begin(p); r != nil {
+			return immediate(r, "extauthz_idempotency")
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{}}}
+}
+
+// begin takes the wiring (a) decision on the whole request; nil means
+// continue (holding a lease, or failing open).
+func (st *procStream) begin(p *pendingBegin) *reply {
+	p.req.body = p.body
+	res := st.s.gate.begin(st.ctx, apiExtProc, p.req.tenant, p.key, fingerprint(p.id, p.req), ttlsOf(p.id), p.id.FailClosed)
+	return st.apply(res, p.id)
+}
+
+// fromHandoff acts on ext_authz's metadata (wiring b); nil means continue.
+func (st *procStream) fromHandoff(h handoff) *reply {
+	id := st.routeSettings(h.route)
+	if h.action == ActionLease {
+		st.hold(h.lease, id)
+		return nil
+	}
+	// ActionReplay: Begin again with ext_authz's fingerprint. The record
+	// is normally still COMPLETED; if it expired meanwhile the request
+	// simply runs, holding the lease taken now.
+	failClosed := id != nil && id.FailClosed
+	res := st.s.gate.begin(st.ctx, apiExtProc, h.lease.Scope, h.lease.Key, h.fp, h.lease.TTLs, failClosed)
+	return st.apply(res, id)
+}
+
+// apply turns a gate result into a reply (nil: continue).
+func (st *procStream) apply(res gateResult, id *policy.Idempotency) *reply {
+	switch res.kind {
+	case gateReply:
+		return res.reply
+	case gateReplay:
+		st.s.gate.events.Count(apiExtProc, idempotency.EventReplayed)
+		return replayReply(id, res.stored)
+	case gateLease:
+		st.hold(res.lease, id)
+	}
+	return nil
+}
+
+// routeSettings finds the idempotency settings of a route by name in the
+// current policy; nil when the route (or its idempotency) is gone.
+func (st *procStream) routeSettings(name string) *policy.Idempotency {
+	if st.pol == nil {
+		return nil
+	}
+	for _, r := range st.pol.Routes {
+		if r.Name == name {
+			return r.Idempotency
+		}
+	}
+	return nil
+}
+
+// hold makes the stream the lease's keeper: it renews it until settled.
+func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
+	st.lease, st.id = &l, id
+	st.renew = st.s.startRenew(st.ctx, l)
+}
+
+// finish runs when the stream ends: an unsettled lease is left to expire.
+func (st *procStream) finish() {
+	if st.lease != nil && !st.settled {
+		st.keep()
+	}
+}

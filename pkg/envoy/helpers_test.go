@@ -1,0 +1,169 @@
+package envoy
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// t0 is a fixed instant 15 s into a minute (and an hour, and a day), so
+// fixed windows of a minute end 45 s later.
+var t0 = time.Date(2026, 3, 1, 12, 0, 15, 0, time.UTC)
+
+// clock is a settable clock for the stores.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// recordingStore wraps a store and records every AllowBatch call; err,
+// when set, is returned instead of deciding.
+type recordingStore struct {
+	ratelimit.Store
+	mu    sync.Mutex
+	calls [][]ratelimit.Request
+	err   error
+	reply func([]ratelimit.Request) []ratelimit.Decision // overrides the reply when set
+}
+
+func (s *recordingStore) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, append([]ratelimit.Request(nil), reqs...))
+	err, reply := s.err, s.reply
+	s.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case reply != nil:
+		return reply(reqs), nil
+	}
+	return s.Store.AllowBatch(ctx, reqs)
+}
+
+func (s *recordingStore) Calls() [][]ratelimit.Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([][]ratelimit.Request(nil), s.calls...)
+}
+
+// env is one RLS served on a loopback port, with its client.
+type env struct {
+	rls     *RLS
+	client  rlsv3.RateLimitServiceClient
+	store   *recordingStore
+	clock   *clock
+	reg     *prometheus.Registry
+	policy  *policy.Policy
+	metrics *Metrics
+}
+
+// writePolicy writes yaml to a file in a fresh directory and loads it.
+func writePolicy(t testing.TB, yaml string) *policy.Policy {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatalf("policy.Load: %v", err)
+	}
+	return p
+}
+
+// startRLS serves an RLS over policyYAML on 127.0.0.1:0 (a real TCP
+// listener, not bufconn) and returns a connected client.
+func startRLS(t *testing.T, policyYAML string, opts ...RLSOption) *env {
+	t.Helper()
+	e := &env{clock: &clock{now: t0}, reg: prometheus.NewRegistry(), policy: writePolicy(t, policyYAML)}
+	e.store = &recordingStore{Store: newTestStore(t, e.clock.Now)}
+	var err error
+	if e.metrics, err = NewMetrics(e.reg); err != nil {
+		t.Fatal(err)
+	}
+	p := e.policy
+	if e.rls, err = NewRLS(e.store, PolicyFunc(func() *policy.Policy { return p }), e.metrics, opts...); err != nil {
+		t.Fatal(err)
+	}
+	e.client = rlsv3.NewRateLimitServiceClient(serveLoopback(t, e.rls))
+	return e
+}
+
+// serveLoopback serves svc on a loopback TCP port and returns a client
+// connection to it; both stop when the test ends.
+func serveLoopback(t *testing.T, svc interface{ Register(grpc.ServiceRegistrar) }) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc.Register(srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Stop()
+		<-done
+	})
+	return conn
+}
+
+// counterValue reads one sample of a counter from reg; 0 when absent.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
