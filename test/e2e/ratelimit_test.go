@@ -11,7 +11,7 @@ import (
 
 var rateLimitScenarios = []scenario{
 	{"eleventh_request_429", testEleventhRequest},
-	{"eleventh_request_429_ext_authz", testEleventhRequestExtAuthz},
+	{"sixth_request_429_ext_authz_http_limit", testSixthRequestExtAuthz},
 	{"tenants_separate", testTenantsSeparate},
 	{"health_exempt", testHealthExempt},
 	{"replicas_share_budget", testReplicasShareBudget},
@@ -52,24 +52,27 @@ func testEleventhRequest(t *testing.T, s *stack) {
 	}
 }
 
-// The same budget shape decided by ext_authz's HTTP limits (route "limited"
-// of testdata/policy/http.yaml, 10 per minute per tenant).
-func testEleventhRequestExtAuthz(t *testing.T, s *stack) {
-	tenant := uniq("t11a")
-	for i := 1; i <= 10; i++ {
+// ext_authz's HTTP limits (route "limited" of testdata/policy/http.yaml, 5
+// per minute per tenant, tighter than the route's RLS budget of 10): the
+// 6th request is refused by ext_authz with the same fields.
+func testSixthRequestExtAuthz(t *testing.T, s *stack) {
+	tenant := uniq("t6")
+	for i := 1; i <= 5; i++ {
 		if r := s.do(t, tenantGet("/limited/x", tenant)); r.status != http.StatusOK {
 			t.Fatalf("request %d: got %s, want 200", i, r)
 		}
 	}
-	// /limited is also on the catch-all Envoy route (RLS 10/minute): the
-	// 11th is refused by whichever filter runs first, with the same fields.
 	r := s.do(t, tenantGet("/limited/x", tenant))
 	if r.status != http.StatusTooManyRequests {
-		t.Fatalf("request 11: got %s, want 429", r)
+		t.Fatalf("request 6: got %s, want 429", r)
 	}
-	wantField(t, r, "RateLimit-Policy", "q=10;w=60")
-	if r.header.Get("Retry-After") == "" {
-		t.Errorf("429 without Retry-After: %s", r)
+	wantField(t, r, "RateLimit-Policy", "q=5;w=60")
+	wantField(t, r, "RateLimit", "r=0;")
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("Retry-After = %q, want 1..60 seconds", r.header.Get("Retry-After"))
+	}
+	if n := s.up.Executions(tenant, ""); n != 5 {
+		t.Errorf("upstream executed %d requests, want 5", n)
 	}
 }
 
