@@ -105,6 +105,8 @@ descriptors:
   - key: placeholder
     descriptors:
       - key: leaf
+  - key: empty_limit
+    rate_limit:
 `
 
 func entries(kv ...string) []ratelimit.Entry {
@@ -156,6 +158,7 @@ func TestMatchEnvoyproxyFormat(t *testing.T) {
 		{"unknown key", entries("nothing", "x"), "", 0, 0},
 		{"empty descriptor", nil, "", 0, 0},
 		{"leaf without limit", entries("placeholder", "a", "leaf", "b"), "", 0, 0},
+		{"null rate_limit is no limit", entries("empty_limit", "x"), "", 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
