@@ -35,8 +35,10 @@ const (
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
-	// Now returns the current time; nil means time.Now. Tests inject a fake
-	// clock. Instants are taken with microsecond precision.
+	// Now returns the current time; tests inject a fake clock. Instants are
+	// taken with microsecond precision. nil means the system clock, read as
+	// the wall time at New advanced by the monotonic clock: cheaper than
+	// time.Now, and it never steps back.
 	Now func() time.Time
 	// Shards is the number of independently locked maps, a power of two;
 	// 0 means DefaultShards (or fewer, to stay at most MaxKeys).
@@ -56,7 +58,7 @@ type Options struct {
 
 // Store is an in-memory ratelimit.Store, safe for concurrent use.
 type Store struct {
-	now    func() time.Time
+	now    func() int64 // µs since the epoch
 	seed   maphash.Seed
 	mask   uint64
 	shards []shard
@@ -75,13 +77,10 @@ func New(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		now:    opts.Now,
+		now:    clockMicros(opts.Now),
 		seed:   maphash.MakeSeed(),
 		mask:   uint64(n - 1),
 		shards: make([]shard, n),
-	}
-	if s.now == nil {
-		s.now = time.Now
 	}
 	for i := range s.shards {
 		s.shards[i].init(opts.MaxKeys / n)
@@ -95,6 +94,18 @@ func New(opts Options) (*Store, error) {
 		go s.janitor(interval)
 	}
 	return s, nil
+}
+
+// clockMicros returns a reader of now in µs since the epoch.
+func clockMicros(now func() time.Time) func() int64 {
+	if now != nil {
+		return func() int64 { return now().UnixMicro() }
+	}
+	// time.Since of a Time with a monotonic reading reads one clock;
+	// time.Now reads two (wall and monotonic).
+	base := time.Now()
+	baseMicros := base.UnixMicro()
+	return func() int64 { return baseMicros + time.Since(base).Microseconds() }
 }
 
 // shardCount validates Shards and MaxKeys and returns the number of shards.
@@ -120,7 +131,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 	if err := s.usable(ctx); err != nil {
 		return ratelimit.Result{}, err
 	}
-	now := s.now().UnixMicro()
+	now := s.now()
 	sh := s.shard(key)
 	sk := stateKey{key: key, period: limit.Period, alg: algCode(limit.Algorithm)}
 
@@ -129,13 +140,17 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 	if s.closed.Load() {
 		return ratelimit.Result{}, ratelimit.ErrClosed
 	}
-	cur, found := sh.m[sk]
+	e := sh.m[sk]
+	var cur ratelimit.State
+	if e != nil {
+		cur = *e
+	}
 	res, next, err := ratelimit.Decide(limit, now, cur, hits)
 	if err != nil || !res.Allowed || hits == 0 {
 		return res, err
 	}
-	if found {
-		sh.m[sk] = next
+	if e != nil {
+		*e = next
 	} else {
 		sh.insert(sk, next, now)
 	}
@@ -157,7 +172,7 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 		}
 		total += len(r.Limits)
 	}
-	now := s.now().UnixMicro()
+	now := s.now()
 	out := make([]ratelimit.Decision, len(reqs))
 	results := make([]ratelimit.Result, total)
 	for i, r := range reqs {
@@ -244,6 +259,6 @@ func (s *Store) janitor(interval time.Duration) {
 // sweep removes every expired state, one shard (one lock) at a time.
 func (s *Store) sweep() {
 	for i := range s.shards {
-		s.shards[i].sweep(s.now().UnixMicro())
+		s.shards[i].sweep(s.now())
 	}
 }

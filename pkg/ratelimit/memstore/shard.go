@@ -49,15 +49,15 @@ func algCode(a ratelimit.Algorithm) uint8 {
 // shard is one independently locked part of the store.
 type shard struct {
 	mu        sync.Mutex
-	m         map[stateKey]ratelimit.State
-	max       int // states this shard may hold; 0 = unlimited
-	peak      int // largest len(m) since the last rebuild
+	m         map[stateKey]*ratelimit.State // pointers: one map operation per decision
+	max       int                           // states this shard may hold; 0 = unlimited
+	peak      int                           // largest len(m) since the last rebuild
 	evictions uint64
 	_         [64]byte // keeps neighbouring shards' hot fields off this cache line
 }
 
 func (sh *shard) init(max int) {
-	sh.m = make(map[stateKey]ratelimit.State)
+	sh.m = make(map[stateKey]*ratelimit.State)
 	sh.max = max
 }
 
@@ -66,7 +66,9 @@ func (sh *shard) init(max int) {
 func (sh *shard) insert(k stateKey, st ratelimit.State, now int64) {
 	sh.reclaim(k.key, now)
 	k.key = strings.Clone(k.key)
-	sh.m[k] = st
+	p := new(ratelimit.State)
+	*p = st
+	sh.m[k] = p
 	sh.peak = max(sh.peak, len(sh.m))
 }
 
@@ -109,7 +111,7 @@ func (sh *shard) sweep(now int64) {
 		}
 	}
 	if sh.peak >= shrinkMin && len(sh.m) < sh.peak/4 {
-		m := make(map[stateKey]ratelimit.State, len(sh.m))
+		m := make(map[stateKey]*ratelimit.State, len(sh.m))
 		for k, e := range sh.m {
 			m[k] = e
 		}
@@ -127,32 +129,37 @@ func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (
 	if s.closed.Load() {
 		return false, ratelimit.ErrClosed
 	}
-	var foundBuf [4]bool
+	var entBuf [4]*ratelimit.State
 	var nextBuf [4]ratelimit.State
-	found, nexts := foundBuf[:0], nextBuf[:0]
+	ents, nexts := entBuf[:0], nextBuf[:0]
 	allowed := true
 	for i, l := range r.Limits {
-		cur, ok := sh.m[keyOf(r.Key, l)]
+		e := sh.m[keyOf(r.Key, l)]
+		var cur ratelimit.State
+		if e != nil {
+			cur = *e
+		}
 		rr, next, err := ratelimit.Decide(l, now, cur, r.Hits)
 		if err != nil {
 			return false, err
 		}
 		res[i], allowed = rr, allowed && rr.Allowed
-		found, nexts = append(found, ok), append(nexts, next)
+		ents, nexts = append(ents, e), append(nexts, next)
 	}
 	if !allowed || r.Hits == 0 {
 		return allowed, nil
 	}
-	// Existing states first, so that an insertion's eviction of last
-	// resort sees them charged (charged states expire after now, so plain
-	// reclaiming never takes them).
-	for i, ok := range found {
-		if ok {
-			sh.m[keyOf(r.Key, r.Limits[i])] = nexts[i]
+	// Existing states first: an insertion may reclaim or evict entries, and
+	// every write through a pointer must land before that. Charged states
+	// expire after now, so reclaiming never takes them; only an eviction of
+	// last resort can (see reclaim).
+	for i, e := range ents {
+		if e != nil {
+			*e = nexts[i]
 		}
 	}
-	for i, ok := range found {
-		if !ok {
+	for i, e := range ents {
+		if e == nil {
 			sh.insert(keyOf(r.Key, r.Limits[i]), nexts[i], now)
 		}
 	}
