@@ -328,3 +328,21 @@ func TestConcurrentOneKey(t *testing.T) {
 		})
 	}
 }
+
+func TestDefaultClock(t *testing.T) {
+	t.Parallel()
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if d := time.Since(time.UnixMicro(s.now())); d < -time.Second || d > time.Second {
+		t.Fatalf("default clock is %v away from time.Now", d)
+	}
+	l := limit(ratelimit.GCRA, 1, time.Hour)
+	mustAllow(t, s, "k", l, 1)
+	res := mustAllow(t, s, "k", l, 1)
+	if res.Allowed || res.RetryAfter < 59*time.Minute || res.RetryAfter > time.Hour {
+		t.Fatalf("second hit within the hour: %+v", res)
+	}
+}
