@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -181,7 +182,7 @@ func TestNewRLSRejectsNilDependencies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := newTestStore(t, nil)
+	store := newTestStore(t, time.Now)
 	src := PolicyFunc(func() *policy.Policy { return nil })
 	var nilFunc PolicyFunc
 	var nilWatcher *policy.Watcher
@@ -229,7 +230,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 		f.Fatal(err)
 	}
 	clk := &clock{now: t0}
-	s, err := NewRLS(&decideStore{now: clk.Now, states: map[string]ratelimit.State{}}, PolicyFunc(func() *policy.Policy { return p }), m)
+	s, err := NewRLS(newTestStore(f, clk.Now), PolicyFunc(func() *policy.Policy { return p }), m)
 	if err != nil {
 		f.Fatal(err)
 	}
