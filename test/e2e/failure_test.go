@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 )
@@ -126,4 +127,38 @@ func waitShared(t *testing.T, s *stack) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// One of two replicas crashes (SIGKILL): outlier detection ejects it after
+// a few failed calls, and the other replica answers everything after that.
+func TestReplicaCrash(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOpts{})
+	s.replicas[0].kill()
+	failed, lastFailure := 0, -1
+	for i := 0; i < 40; i++ {
+		// A fresh tenant per 5 requests: never near the 10/minute budget.
+		r := s.do(t, tenantGet("/things", uniqEvery(i, 5)))
+		if r.status != http.StatusOK {
+			if r.status != http.StatusServiceUnavailable {
+				t.Fatalf("request %d: got %s, want 200 or 503", i, r)
+			}
+			failed++
+			lastFailure = i
+		}
+	}
+	// Each request makes two calls (RLS, ext_authz), alternating replicas:
+	// 3 failed calls in a row on the dead one need at most 6 requests.
+	if failed > 6 || lastFailure >= 10 {
+		t.Errorf("%d requests failed, the last as request %d; want at most 6, all among the first 10", failed, lastFailure)
+	}
+	t.Logf("%d of 40 requests failed after the crash (last: %d)", failed, lastFailure)
+}
+
+var tenantsByGroup sync.Map
+
+// uniqEvery returns one random tenant per group of n consecutive i.
+func uniqEvery(i, n int) string {
+	v, _ := tenantsByGroup.LoadOrStore(i/n, uniq("crash"))
+	return v.(string)
 }
