@@ -156,4 +156,3 @@ func TestReplicaCrash(t *testing.T) {
 	}
 	t.Logf("%d of 40 requests failed after the crash (last: %d)", failed, lastFailure)
 }
-

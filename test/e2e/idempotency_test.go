@@ -186,7 +186,7 @@ func testUpstream500(t *testing.T, s *stack, w wiring) {
 func testUpstreamTimeout(t *testing.T, s *stack, w wiring) {
 	tenant, key := uniq("ti"), uniq("key")
 	start := time.Now()
-	r := s.do(t, post(w, tenant, key, `{}`, upstream.HeaderDelay, (routeTimeout + 5*time.Second).String()))
+	r := s.do(t, post(w, tenant, key, `{}`, upstream.HeaderDelay, (routeTimeout+5*time.Second).String()))
 	if r.status != http.StatusGatewayTimeout {
 		t.Fatalf("first: got %s, want 504 after the route timeout", r)
 	}
