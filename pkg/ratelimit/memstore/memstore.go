@@ -140,6 +140,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 	if s.closed.Load() {
 		return ratelimit.Result{}, ratelimit.ErrClosed
 	}
+	now = sh.monotonic(now)
 	e := sh.m[sk]
 	var cur ratelimit.State
 	if e != nil {

@@ -346,3 +346,20 @@ func TestDefaultClock(t *testing.T) {
 		t.Fatalf("second hit within the hour: %+v", res)
 	}
 }
+
+// TestClockNeverStepsBackInAShard: a reading older than one already used is
+// taken as the newer one, so a log entry is never inserted mid-log.
+func TestClockNeverStepsBackInAShard(t *testing.T) {
+	t.Parallel()
+	s, c := newStore(t, Options{Shards: 1})
+	l := limit(ratelimit.SlidingLog, 3, time.Second)
+	c.set(500 * time.Millisecond)
+	mustAllow(t, s, "a", l, 1)
+	c.set(200 * time.Millisecond) // another key, same shard: still 500ms
+	if res := mustAllow(t, s, "b", l, 1); res.ResetAfter != time.Second {
+		t.Fatalf("decided at the earlier reading: %+v", res)
+	}
+	if res := mustAllow(t, s, "a", l, 1); res.ResetAfter != time.Second {
+		t.Fatalf("entry inserted before the newest: %+v", res)
+	}
+}

@@ -53,7 +53,21 @@ type shard struct {
 	max       int                           // states this shard may hold; 0 = unlimited
 	peak      int                           // largest len(m) since the last rebuild
 	evictions uint64
+	last      int64    // latest instant decided at, µs
 	_         [64]byte // keeps neighbouring shards' hot fields off this cache line
+}
+
+// monotonic returns now, or the latest instant already used in this shard
+// if that is later. Goroutines read the clock before taking the lock, so
+// the order they get it in may invert their readings by a little; decisions
+// on one key must never see time step back (a sliding log would then insert
+// mid-log, and a window could be revisited).
+func (sh *shard) monotonic(now int64) int64 {
+	if now < sh.last {
+		return sh.last
+	}
+	sh.last = now
+	return now
 }
 
 func (sh *shard) init(max int) {
@@ -129,6 +143,7 @@ func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (
 	if s.closed.Load() {
 		return false, ratelimit.ErrClosed
 	}
+	now = sh.monotonic(now)
 	var entBuf [4]*ratelimit.State
 	var nextBuf [4]ratelimit.State
 	ents, nexts := entBuf[:0], nextBuf[:0]
