@@ -3,15 +3,19 @@ package k8s
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	istionetworking "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -126,6 +130,35 @@ func decodeStrict(doc []byte, out any) error {
 	return errors.Join(strictErrs...)
 }
 
+// decodeProtoSpec strictly decodes the spec of an object whose spec is a
+// protobuf message (Istio's), with protojson. Istio's own UnmarshalJSON
+// allows unknown fields, so the envelope decode alone would let a typo in
+// the spec through.
+func decodeProtoSpec(doc []byte, obj k8sruntime.Object) error {
+	v := reflect.ValueOf(obj).Elem().FieldByName("Spec")
+	if !v.IsValid() || !v.CanAddr() {
+		return nil
+	}
+	m, ok := v.Addr().Interface().(proto.Message)
+	if !ok {
+		return nil
+	}
+	j, err := strictJSON(doc)
+	if err != nil {
+		return err
+	}
+	var envelope struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(j, &envelope); err != nil {
+		return err
+	}
+	if envelope.Spec == nil {
+		return errors.New("no spec")
+	}
+	return protojson.Unmarshal(envelope.Spec, m.ProtoReflect().New().Interface())
+}
+
 // decodeObjects strictly decodes every document of data into its typed
 // Kubernetes or Istio object.
 func decodeObjects(t testing.TB, scheme *k8sruntime.Scheme, source string, data []byte) []object {
@@ -153,6 +186,10 @@ func decodeObjects(t testing.TB, scheme *k8sruntime.Scheme, source string, data 
 		}
 		if err := decodeStrict(doc, obj); err != nil {
 			t.Errorf("%s: strict decode of %s: %v", src, gvk.Kind, err)
+			continue
+		}
+		if err := decodeProtoSpec(doc, obj); err != nil {
+			t.Errorf("%s: strict decode of %s spec: %v", src, gvk.Kind, err)
 			continue
 		}
 		objs = append(objs, object{Source: src, GVK: gvk, Obj: obj})
@@ -226,3 +263,38 @@ func hasPrefixAny(s string, prefixes ...string) bool {
 	}
 	return false
 }
+
+// TestStrictDecodeRejects pins what "strict" means for the checks above.
+func TestStrictDecodeRejects(t *testing.T) {
+	t.Parallel()
+	const head = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n"
+	cases := map[string]string{
+		"unknown field":   head + "    imagee: x\n",
+		"mis-cased field": head + "    Image: x\n",
+		"duplicate field": head + "    image: x\n    image: y\n",
+		"bool as string":  head + "    env: [{name: A, value: true}]\n",
+		"unknown kind":    "apiVersion: v1\nkind: Pood\nmetadata: {name: p}\n",
+		"istio spec typo": "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec: {actoin: CUSTOM}\n",
+	}
+	scheme := newScheme(t)
+	for name, doc := range cases {
+		rec := &recorder{TB: t}
+		decodeObjects(rec, scheme, name, []byte(doc))
+		if !rec.failed {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+	if objs := decodeObjects(t, scheme, "valid", []byte(head+"    image: x\n")); len(objs) != 1 {
+		t.Errorf("a valid Pod decoded to %d objects", len(objs))
+	}
+}
+
+// recorder notes errors instead of failing the test that uses it.
+type recorder struct {
+	testing.TB
+	failed bool
+}
+
+func (r *recorder) Errorf(string, ...any) { r.failed = true }
+func (r *recorder) Fatalf(string, ...any) { r.failed = true }
+func (r *recorder) Helper()               {}
