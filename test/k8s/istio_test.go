@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	securityapi "istio.io/api/security/v1beta1"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	securityapi "istio.io/api/security/v1beta1"
 	istionetworking "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
