@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,8 +100,25 @@ func (s *Server) Stop() {
 	if s.proc == nil {
 		return
 	}
+	_ = s.proc.Process.Signal(syscall.SIGCONT) // a paused server cannot exit
 	stopProcess(s.proc, s.done)
 	s.proc, s.done = nil, nil
+}
+
+// Pause freezes the server (SIGSTOP): connections stay open but nothing is
+// answered, which is how a slow or hung Redis looks to clients. Resume, or
+// the test's cleanup, lets it run again.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		_ = s.proc.Process.Signal(sig)
+	}
 }
 
 // Client returns a new client of this server, closed when the test ends.

@@ -1,0 +1,257 @@
+// Package failover decides what a rate-limit Store answers when its primary
+// (Redis) fails: in Open mode an in-process fallback store decides under the
+// same limits, in Closed mode every request is denied. A circuit breaker
+// stops sending to a primary that keeps failing, probes it after a
+// cool-down with one call, and recovers by itself.
+//
+// Only backend failures fall back: invalid input is returned to the caller,
+// and a caller that went away gets its context error.
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// Mode says what to answer while the primary fails.
+type Mode string
+
+const (
+	// Open decides with the fallback store (per replica, so a conservative
+	// guard rather than the shared limit). The default.
+	Open Mode = "open"
+	// Closed denies every request.
+	Closed Mode = "closed"
+)
+
+// ParseMode accepts "open", "closed" and "" (Open).
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case "", Open:
+		return Open, nil
+	case Closed:
+		return Closed, nil
+	}
+	return "", fmt.Errorf("%w: failure mode %q, want open or closed", ErrInvalidOptions, s)
+}
+
+// ErrInvalidOptions means New was given unusable Options.
+var ErrInvalidOptions = errors.New("invalid failover options")
+
+// Defaults for zero Options fields.
+const (
+	DefaultFailureThreshold = 5
+	DefaultCoolDown         = time.Second
+	DefaultDeniedRetryAfter = time.Second
+)
+
+// Options configures a Store.
+type Options struct {
+	// Mode is Open (default) or Closed.
+	Mode Mode
+	// Fallback decides while the primary fails in Open mode; required then.
+	Fallback ratelimit.Store
+	// Registerer receives the metrics; required.
+	Registerer prometheus.Registerer
+	// FailureThreshold is how many failures in a row open the circuit;
+	// default 5.
+	FailureThreshold int
+	// CoolDown is how long an open circuit skips the primary before one
+	// probe call; default 1s.
+	CoolDown time.Duration
+	// DeniedRetryAfter is the RetryAfter of Closed-mode denials; default 1s.
+	DeniedRetryAfter time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Pinger is implemented by primaries that can check their backend; Ready
+// uses it.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Store wraps a primary ratelimit.Store with a failure mode. It owns both
+// stores: Close closes them.
+type Store struct {
+	primary  ratelimit.Store
+	fallback ratelimit.Store
+	mode     Mode
+	retry    time.Duration
+	now      func() time.Time
+	br       *breaker
+	m        metrics
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New wraps primary. It does not contact the primary: a Redis that is down
+// at start-up does not fail construction (see Ready).
+func New(primary ratelimit.Store, opts Options) (*Store, error) {
+	opts, err := withDefaults(primary, opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registerer, opts.Mode)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{
+		primary:  primary,
+		fallback: opts.Fallback,
+		mode:     opts.Mode,
+		retry:    opts.DeniedRetryAfter,
+		now:      opts.Now,
+		br:       &breaker{threshold: opts.FailureThreshold, coolDown: opts.CoolDown},
+		m:        m,
+	}, nil
+}
+
+func withDefaults(primary ratelimit.Store, o Options) (Options, error) {
+	var err error
+	if o.Mode, err = ParseMode(string(o.Mode)); err != nil {
+		return o, err
+	}
+	switch {
+	case primary == nil:
+		return o, fmt.Errorf("%w: nil primary store", ErrInvalidOptions)
+	case o.Registerer == nil:
+		return o, fmt.Errorf("%w: nil Registerer", ErrInvalidOptions)
+	case o.Mode == Open && o.Fallback == nil:
+		return o, fmt.Errorf("%w: Open mode needs a Fallback store", ErrInvalidOptions)
+	case o.FailureThreshold < 0 || o.CoolDown < 0 || o.DeniedRetryAfter < 0:
+		return o, fmt.Errorf("%w: negative threshold or duration", ErrInvalidOptions)
+	}
+	if o.FailureThreshold == 0 {
+		o.FailureThreshold = DefaultFailureThreshold
+	}
+	if o.CoolDown == 0 {
+		o.CoolDown = DefaultCoolDown
+	}
+	if o.DeniedRetryAfter == 0 {
+		o.DeniedRetryAfter = DefaultDeniedRetryAfter
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o, nil
+}
+
+// Allow decides one limit for one key.
+func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hits int64) (ratelimit.Result, error) {
+	d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{limit}, Hits: hits}})
+	if err != nil {
+		return ratelimit.Result{}, err
+	}
+	return d[0].Results[0], nil
+}
+
+// AllowBatch asks the primary unless the circuit is open; on a backend
+// failure it answers by the failure mode.
+func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	if !s.br.acquire(s.now()) {
+		return s.degraded(ctx, reqs, reasonCircuitOpen)
+	}
+	d, err := s.primary.AllowBatch(ctx, reqs)
+	switch {
+	case err == nil:
+		s.br.success()
+		s.m.circuitOpen.Set(0)
+		return d, nil
+	case isCallerError(ctx, err):
+		s.br.release()
+		return nil, err
+	}
+	s.m.errors.Inc()
+	if s.br.failure(s.now(), err) {
+		s.m.circuitOpen.Set(1)
+	}
+	return s.degraded(ctx, reqs, reasonError)
+}
+
+// isCallerError reports errors that say nothing about the primary's health:
+// bad input, and a caller that cancelled.
+func isCallerError(ctx context.Context, err error) bool {
+	return errors.Is(err, ratelimit.ErrInvalidLimit) || errors.Is(err, ratelimit.ErrInvalidHits) ||
+		errors.Is(err, ratelimit.ErrClosed) ||
+		(errors.Is(err, context.Canceled) && ctx.Err() != nil)
+}
+
+// degraded answers without the primary: the fallback's decision (Open) or
+// a denial of every request (Closed).
+func (s *Store) degraded(ctx context.Context, reqs []ratelimit.Request, reason string) ([]ratelimit.Decision, error) {
+	s.m.fallbacks.WithLabelValues(reason).Add(float64(len(reqs)))
+	if s.mode == Open {
+		// The caller's deadline may be what expired; the in-process
+		// decision is instant and must still be made.
+		return s.fallback.AllowBatch(context.WithoutCancel(ctx), reqs)
+	}
+	return s.denyAll(reqs)
+}
+
+func (s *Store) denyAll(reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	out := make([]ratelimit.Decision, len(reqs))
+	for i, r := range reqs {
+		if r.Hits < 0 {
+			return nil, fmt.Errorf("request %d: %w: %d", i, ratelimit.ErrInvalidHits, r.Hits)
+		}
+		res := make([]ratelimit.Result, len(r.Limits))
+		for j, l := range r.Limits {
+			if err := l.Validate(); err != nil {
+				return nil, fmt.Errorf("request %d limit %d: %w", i, j, err)
+			}
+			limit := l.Requests
+			if l.Algorithm.OrDefault() == ratelimit.GCRA {
+				limit = max(l.Requests, l.Burst)
+			}
+			res[j] = ratelimit.Result{Limit: limit, ResetAfter: s.retry, RetryAfter: s.retry}
+		}
+		out[i] = ratelimit.Decision{Results: res}
+	}
+	return out, nil
+}
+
+// Ready returns nil when the primary is usable, or an error saying why not.
+// While the circuit cools down it reports the failures without calling the
+// primary. Otherwise a Pinger primary is pinged, and a successful ping closes
+// the circuit: without traffic there is no probe call, and readiness (hence
+// the traffic) must not wait for one.
+func (s *Store) Ready(ctx context.Context) error {
+	open, n, last := s.br.state()
+	circuitErr := func() error {
+		return fmt.Errorf("redis circuit open after %d consecutive failures (%s mode): %w", n, s.mode, last)
+	}
+	if s.br.coolingDown(s.now()) {
+		return circuitErr()
+	}
+	p, ok := s.primary.(Pinger)
+	if !ok {
+		if open {
+			return circuitErr()
+		}
+		return nil
+	}
+	if err := p.Ping(ctx); err != nil {
+		return fmt.Errorf("redis unreachable (%s mode): %w", s.mode, err)
+	}
+	if open {
+		s.br.success()
+		s.m.circuitOpen.Set(0)
+	}
+	return nil
+}
+
+// Close closes the primary and the fallback; safe to call twice if they are.
+func (s *Store) Close() error {
+	err := s.primary.Close()
+	if s.fallback != nil {
+		err = errors.Join(err, s.fallback.Close())
+	}
+	return err
+}
