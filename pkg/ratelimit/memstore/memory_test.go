@@ -126,3 +126,37 @@ func TestSweepRemovesExpiredAndShrinks(t *testing.T) {
 		t.Fatalf("live state lost in sweep: %+v", res)
 	}
 }
+
+// TestHashCollisionChain: states whose hashes collide share a chain and
+// stay distinct through lookup, expiry and eviction.
+func TestHashCollisionChain(t *testing.T) {
+	t.Parallel()
+	var sh shard
+	sh.init(0)
+	a := ident{key: "a", period: time.Second}
+	b := ident{key: "b", period: time.Second}
+	c := ident{key: "c", period: time.Minute, alg: 3}
+	sh.insert(42, a, ratelimit.State{Expires: 10, TAT: 1}, 0)
+	sh.insert(42, b, ratelimit.State{Expires: 20, TAT: 2}, 0)
+	sh.insert(42, c, ratelimit.State{Expires: 30, TAT: 3}, 0)
+	for _, want := range []struct {
+		id  ident
+		tat int64
+	}{{a, 1}, {b, 2}, {c, 3}} {
+		if e := sh.find(42, want.id); e == nil || e.st.TAT != want.tat {
+			t.Fatalf("find(%+v) = %+v", want.id, e)
+		}
+	}
+	if e := sh.find(42, ident{key: "d", period: time.Second}); e != nil {
+		t.Fatalf("found a state never stored: %+v", e)
+	}
+	sh.prune(42, sh.m[42], 15) // a expires
+	if sh.find(42, a) != nil || sh.find(42, b) == nil || sh.find(42, c) == nil || sh.n != 2 {
+		t.Fatalf("after prune: n=%d, a=%v b=%v c=%v", sh.n, sh.find(42, a), sh.find(42, b), sh.find(42, c))
+	}
+	sh.unlink(42, sh.find(42, c)) // the tail
+	sh.unlink(42, sh.find(42, b)) // the head, last one
+	if len(sh.m) != 0 || sh.n != 0 {
+		t.Fatalf("after unlinking all: %d slots, n=%d", len(sh.m), sh.n)
+	}
+}

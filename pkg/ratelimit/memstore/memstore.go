@@ -60,7 +60,7 @@ type Options struct {
 type Store struct {
 	now    func() int64 // µs since the epoch
 	seed   maphash.Seed
-	mask   uint64
+	shift  uint // 64 - log2(len(shards)): a key's shard is hash >> shift
 	shards []shard
 
 	closed    atomic.Bool
@@ -79,7 +79,7 @@ func New(opts Options) (*Store, error) {
 	s := &Store{
 		now:    clockMicros(opts.Now),
 		seed:   maphash.MakeSeed(),
-		mask:   uint64(n - 1),
+		shift:  uint(64 - bits.TrailingZeros(uint(n))),
 		shards: make([]shard, n),
 	}
 	for i := range s.shards {
@@ -132,8 +132,9 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 		return ratelimit.Result{}, err
 	}
 	now := s.now()
-	sh := s.shard(key)
-	sk := stateKey{key: key, period: limit.Period, alg: algCode(limit.Algorithm)}
+	sh, h := s.locate(key)
+	id := ident{key: key, period: limit.Period, alg: algCode(limit.Algorithm)}
+	h ^= salt(id)
 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -141,19 +142,19 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 		return ratelimit.Result{}, ratelimit.ErrClosed
 	}
 	now = sh.monotonic(now)
-	e := sh.m[sk]
+	e := sh.find(h, id)
 	var cur ratelimit.State
 	if e != nil {
-		cur = *e
+		cur = e.st
 	}
 	res, next, err := ratelimit.Decide(limit, now, cur, hits)
 	if err != nil || !res.Allowed || hits == 0 {
 		return res, err
 	}
 	if e != nil {
-		*e = next
+		e.st = next
 	} else {
-		sh.insert(sk, next, now)
+		sh.insert(h, id, next, now)
 	}
 	return res, nil
 }
@@ -198,10 +199,7 @@ func (s *Store) Close() error {
 			<-s.done
 		}
 		for i := range s.shards {
-			sh := &s.shards[i]
-			sh.mu.Lock()
-			clear(sh.m)
-			sh.mu.Unlock()
+			s.shards[i].clear()
 		}
 	})
 	return nil
@@ -222,7 +220,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.States += len(sh.m)
+		st.States += sh.n
 		st.Evictions += sh.evictions
 		sh.mu.Unlock()
 	}
@@ -237,10 +235,6 @@ func (s *Store) usable(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return nil
-}
-
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
 func (s *Store) janitor(interval time.Duration) {

@@ -1,8 +1,6 @@
 package memstore
 
 import (
-	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -10,10 +8,10 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
-// sampleSize is how many entries a new state's insertion examines for
-// reclaiming. Each insertion deletes sampleSize*f expired entries on average
-// (f the expired fraction), so the map settles at no more than
-// sampleSize/(sampleSize-1) times the live states even when every request
+// sampleSize is how many hash slots a new state's insertion examines for
+// reclaiming. Each insertion deletes sampleSize*f expired states on average
+// (f the expired fraction), so a shard settles at no more than
+// sampleSize/(sampleSize-1) times its live states even when every request
 // brings a new key and the janitor never runs.
 const sampleSize = 8
 
@@ -22,16 +20,15 @@ const sampleSize = 8
 // themselves, and a burst of keys would otherwise stay paid for.
 const shrinkMin = 1024
 
-// stateKey identifies one state: a limit's algorithm and period on a key.
-// A struct key avoids building a string per call.
-type stateKey struct {
+// ident identifies one state: a limit's algorithm and period on a key.
+type ident struct {
 	key    string
 	period time.Duration
 	alg    uint8
 }
 
-func keyOf(key string, l ratelimit.Limit) stateKey {
-	return stateKey{key: key, period: l.Period, alg: algCode(l.Algorithm)}
+func identOf(key string, l ratelimit.Limit) ident {
+	return ident{key: key, period: l.Period, alg: algCode(l.Algorithm)}
 }
 
 func algCode(a ratelimit.Algorithm) uint8 {
@@ -46,15 +43,40 @@ func algCode(a ratelimit.Algorithm) uint8 {
 	return 0 // GCRA, and invalid names that Decide rejects
 }
 
+// salt distinguishes the states of one key: the state's hash is the key's
+// hash XOR salt. Multiplying by an odd constant is a bijection, so distinct
+// (period, algorithm) pairs give distinct salts (for periods below 146
+// years); collisions between keys are left to the 64-bit seeded hash and,
+// should one ever happen, to the chain in entry.next.
+func salt(id ident) uint64 {
+	return (uint64(id.period)<<2 | uint64(id.alg)) * 0x9E3779B97F4A7C15
+}
+
+// entry is one stored state. The map is keyed by a uint64 hash rather than
+// by ident: a struct key holding a string makes every lookup hash and
+// compare through the generic path, several times slower than the uint64
+// fast path, which matters on a path that takes about 100ns in all.
+type entry struct {
+	ident
+	st   ratelimit.State
+	next *entry // another state with the same hash; almost always nil
+}
+
 // shard is one independently locked part of the store.
 type shard struct {
 	mu        sync.Mutex
-	m         map[stateKey]*ratelimit.State // pointers: one map operation per decision
-	max       int                           // states this shard may hold; 0 = unlimited
-	peak      int                           // largest len(m) since the last rebuild
+	m         map[uint64]*entry
+	n         int // states held (chains included)
+	max       int // states this shard may hold; 0 = unlimited
+	peak      int // largest len(m) since the last rebuild
 	evictions uint64
 	last      int64    // latest instant decided at, µs
 	_         [64]byte // keeps neighbouring shards' hot fields off this cache line
+}
+
+func (sh *shard) init(max int) {
+	sh.m = make(map[uint64]*entry)
+	sh.max = max
 }
 
 // monotonic returns now, or the latest instant already used in this shard
@@ -70,47 +92,107 @@ func (sh *shard) monotonic(now int64) int64 {
 	return now
 }
 
-func (sh *shard) init(max int) {
-	sh.m = make(map[stateKey]*ratelimit.State)
-	sh.max = max
+// find returns the entry of id stored under hash h, or nil.
+func (sh *shard) find(h uint64, id ident) *entry {
+	for e := sh.m[h]; e != nil; e = e.next {
+		if e.ident == id {
+			return e
+		}
+	}
+	return nil
 }
 
 // insert stores a new state, first reclaiming room. The key is cloned so the
 // map never pins a larger buffer the caller's string may point into.
-func (sh *shard) insert(k stateKey, st ratelimit.State, now int64) {
-	sh.reclaim(k.key, now)
-	k.key = strings.Clone(k.key)
-	p := new(ratelimit.State)
-	*p = st
-	sh.m[k] = p
+func (sh *shard) insert(h uint64, id ident, st ratelimit.State, now int64) {
+	sh.reclaim(id.key, now)
+	id.key = strings.Clone(id.key)
+	sh.m[h] = &entry{ident: id, st: st, next: sh.m[h]}
+	sh.n++
 	sh.peak = max(sh.peak, len(sh.m))
 }
 
-// reclaim examines up to sampleSize entries in the map's randomised
-// iteration order and deletes the expired ones. If the shard is still full,
-// it evicts the sampled state that expires soonest, the least useful one
-// (it would be forgotten soonest anyway), preferring states of other keys
-// than own, whose request is being charged.
+// reclaim examines up to sampleSize slots in the map's randomised iteration
+// order and deletes the expired states. If the shard is still full, it
+// evicts the sampled state that expires soonest, the least useful one (it
+// would be forgotten soonest anyway), preferring states of other keys than
+// own, whose request is being charged.
 func (sh *shard) reclaim(own string, now int64) {
-	var victim stateKey
-	found, victimOwn, victimExp := false, false, int64(math.MaxInt64)
+	var victim *entry
+	var victimHash uint64
 	seen := 0
-	for k, e := range sh.m {
-		if e.Expires <= now {
-			delete(sh.m, k)
-		} else if sh.max > 0 {
-			isOwn := k.key == own
-			if !found || (victimOwn && !isOwn) || (victimOwn == isOwn && e.Expires < victimExp) {
-				victim, victimOwn, victimExp, found = k, isOwn, e.Expires, true
+	for h, head := range sh.m {
+		for e := sh.prune(h, head, now); e != nil && sh.max > 0; e = e.next {
+			if victim == nil || betterVictim(e, victim, own) {
+				victim, victimHash = e, h
 			}
 		}
 		if seen++; seen == sampleSize {
 			break
 		}
 	}
-	if sh.max > 0 && len(sh.m) >= sh.max && found {
-		delete(sh.m, victim)
+	if sh.max > 0 && sh.n >= sh.max && victim != nil {
+		sh.unlink(victimHash, victim)
 		sh.evictions++
+	}
+}
+
+// betterVictim reports whether e should be evicted rather than v.
+func betterVictim(e, v *entry, own string) bool {
+	eOwn, vOwn := e.key == own, v.key == own
+	if eOwn != vOwn {
+		return vOwn
+	}
+	return e.st.Expires < v.st.Expires
+}
+
+// prune removes the expired states from the chain at h and returns what
+// is left of it.
+func (sh *shard) prune(h uint64, head *entry, now int64) *entry {
+	if head.next == nil { // the usual chain of one
+		if head.st.Expires > now {
+			return head
+		}
+		delete(sh.m, h)
+		sh.n--
+		return nil
+	}
+	var first *entry
+	link := &first
+	for e := head; e != nil; e = e.next {
+		if e.st.Expires <= now {
+			sh.n--
+			continue
+		}
+		*link, link = e, &e.next
+	}
+	*link = nil
+	switch {
+	case first == nil:
+		delete(sh.m, h)
+	case first != head:
+		sh.m[h] = first
+	}
+	return first
+}
+
+// unlink removes e from the chain at h.
+func (sh *shard) unlink(h uint64, e *entry) {
+	sh.n--
+	head := sh.m[h]
+	if head == e {
+		if e.next == nil {
+			delete(sh.m, h)
+		} else {
+			sh.m[h] = e.next
+		}
+		return
+	}
+	for p := head; p != nil; p = p.next {
+		if p.next == e {
+			p.next = e.next
+			return
+		}
 	}
 }
 
@@ -119,86 +201,23 @@ func (sh *shard) reclaim(own string, now int64) {
 func (sh *shard) sweep(now int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for k, e := range sh.m {
-		if e.Expires <= now {
-			delete(sh.m, k)
-		}
+	for h, head := range sh.m {
+		sh.prune(h, head, now)
 	}
 	if sh.peak >= shrinkMin && len(sh.m) < sh.peak/4 {
-		m := make(map[stateKey]*ratelimit.State, len(sh.m))
-		for k, e := range sh.m {
-			m[k] = e
+		m := make(map[uint64]*entry, len(sh.m))
+		for h, e := range sh.m {
+			m[h] = e
 		}
 		sh.m = m
 		sh.peak = len(m)
 	}
 }
 
-// decide evaluates every limit of r against the current states, writing
-// one Result per limit into res, and charges them all only if all admit.
-func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (bool, error) {
-	sh := s.shard(r.Key)
+// clear drops every state.
+func (sh *shard) clear() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if s.closed.Load() {
-		return false, ratelimit.ErrClosed
-	}
-	now = sh.monotonic(now)
-	var entBuf [4]*ratelimit.State
-	var nextBuf [4]ratelimit.State
-	ents, nexts := entBuf[:0], nextBuf[:0]
-	allowed := true
-	for i, l := range r.Limits {
-		e := sh.m[keyOf(r.Key, l)]
-		var cur ratelimit.State
-		if e != nil {
-			cur = *e
-		}
-		rr, next, err := ratelimit.Decide(l, now, cur, r.Hits)
-		if err != nil {
-			return false, err
-		}
-		res[i], allowed = rr, allowed && rr.Allowed
-		ents, nexts = append(ents, e), append(nexts, next)
-	}
-	if !allowed || r.Hits == 0 {
-		return allowed, nil
-	}
-	// Existing states first: an insertion may reclaim or evict entries, and
-	// every write through a pointer must land before that. Charged states
-	// expire after now, so reclaiming never takes them; only an eviction of
-	// last resort can (see reclaim).
-	for i, e := range ents {
-		if e != nil {
-			*e = nexts[i]
-		}
-	}
-	for i, e := range ents {
-		if e == nil {
-			sh.insert(keyOf(r.Key, r.Limits[i]), nexts[i], now)
-		}
-	}
-	return true, nil
-}
-
-// validateRequest checks what Decide cannot see: the request as a whole.
-func validateRequest(r ratelimit.Request) error {
-	if len(r.Limits) == 0 {
-		return fmt.Errorf("%w: a request needs at least one limit", ratelimit.ErrInvalidLimit)
-	}
-	if r.Hits < 0 {
-		return fmt.Errorf("%w: %d is negative", ratelimit.ErrInvalidHits, r.Hits)
-	}
-	for i, l := range r.Limits {
-		if err := l.Validate(); err != nil {
-			return fmt.Errorf("limit %d: %w", i, err)
-		}
-		for _, o := range r.Limits[:i] {
-			if o.Algorithm.OrDefault() == l.Algorithm.OrDefault() && o.Period == l.Period {
-				return fmt.Errorf("%w: limits %q and %q share algorithm %s and period %s",
-					ratelimit.ErrInvalidLimit, o.Name, l.Name, l.Algorithm.OrDefault(), l.Period)
-			}
-		}
-	}
-	return nil
+	clear(sh.m)
+	sh.n = 0
 }

@@ -1,0 +1,87 @@
+package memstore
+
+import (
+	"fmt"
+	"hash/maphash"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// locate returns the shard of key and the key's hash. All states of a key
+// live in one shard (chosen by the hash's top bits), so one lock covers a
+// request's limits; a state's map key is this hash XOR salt(ident).
+func (s *Store) locate(key string) (*shard, uint64) {
+	h := maphash.String(s.seed, key)
+	return &s.shards[h>>s.shift], h
+}
+
+// decide evaluates every limit of r against the current states, writing
+// one Result per limit into res, and charges them all only if all admit.
+func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (bool, error) {
+	sh, h := s.locate(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if s.closed.Load() {
+		return false, ratelimit.ErrClosed
+	}
+	now = sh.monotonic(now)
+	var entBuf [4]*entry
+	var nextBuf [4]ratelimit.State
+	ents, nexts := entBuf[:0], nextBuf[:0]
+	allowed := true
+	for i, l := range r.Limits {
+		id := identOf(r.Key, l)
+		e := sh.find(h^salt(id), id)
+		var cur ratelimit.State
+		if e != nil {
+			cur = e.st
+		}
+		rr, next, err := ratelimit.Decide(l, now, cur, r.Hits)
+		if err != nil {
+			return false, err
+		}
+		res[i], allowed = rr, allowed && rr.Allowed
+		ents, nexts = append(ents, e), append(nexts, next)
+	}
+	if !allowed || r.Hits == 0 {
+		return allowed, nil
+	}
+	// Existing states first: an insertion may reclaim or evict entries, and
+	// every write through a held pointer must land before that. Charged
+	// states expire after now, so reclaiming never takes them; only an
+	// eviction of last resort can (see reclaim).
+	for i, e := range ents {
+		if e != nil {
+			e.st = nexts[i]
+		}
+	}
+	for i, e := range ents {
+		if e == nil {
+			id := identOf(r.Key, r.Limits[i])
+			sh.insert(h^salt(id), id, nexts[i], now)
+		}
+	}
+	return true, nil
+}
+
+// validateRequest checks what Decide cannot see: the request as a whole.
+func validateRequest(r ratelimit.Request) error {
+	if len(r.Limits) == 0 {
+		return fmt.Errorf("%w: a request needs at least one limit", ratelimit.ErrInvalidLimit)
+	}
+	if r.Hits < 0 {
+		return fmt.Errorf("%w: %d is negative", ratelimit.ErrInvalidHits, r.Hits)
+	}
+	for i, l := range r.Limits {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("limit %d: %w", i, err)
+		}
+		for _, o := range r.Limits[:i] {
+			if o.Algorithm.OrDefault() == l.Algorithm.OrDefault() && o.Period == l.Period {
+				return fmt.Errorf("%w: limits %q and %q share algorithm %s and period %s",
+					ratelimit.ErrInvalidLimit, o.Name, l.Name, l.Algorithm.OrDefault(), l.Period)
+			}
+		}
+	}
+	return nil
+}
