@@ -100,6 +100,21 @@ func (tree domainTree) limits(entries []entry) bool {
 	return last != nil && last.RateLimit != nil
 }
 
+// stripTenant drops a leading tenant entry the way extauthz's RLS does:
+// when the domain has no top-level descriptor with the tenant key, that
+// entry's value scopes the counters and is not matched.
+func (tree domainTree) stripTenant(entries []entry, tenantKey string) []entry {
+	if tenantKey == "" || len(entries) == 0 || entries[0].Key != tenantKey {
+		return entries
+	}
+	for _, n := range tree {
+		if n.Key == tenantKey {
+			return entries
+		}
+	}
+	return entries[1:]
+}
+
 // descriptorEntries lists the entries one route rate_limits entry produces.
 func descriptorEntries(rl *routev3.RateLimit) ([]entry, error) {
 	var out []entry
@@ -147,6 +162,13 @@ func TestDescriptorMatching(t *testing.T) {
 `
 	if err := yaml.Unmarshal([]byte(policy), &tree); err != nil {
 		t.Fatal(err)
+	}
+	noTenant := domainTree{{Key: "path"}}
+	if got := noTenant.stripTenant([]entry{{Key: "tenant"}, {Key: "path"}}, "tenant"); len(got) != 1 || got[0].Key != "path" {
+		t.Errorf("the tenant entry of a domain without a tenant descriptor was not stripped: %v", got)
+	}
+	if got := tree.stripTenant([]entry{{Key: "tenant"}}, "tenant"); len(got) != 1 {
+		t.Errorf("a domain with a top-level tenant descriptor matches the entry: %v", got)
 	}
 	for _, tc := range []struct {
 		entries []entry
