@@ -1,7 +1,13 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/kelseyhightower/envconfig"
 )
 
 // Config is the service's configuration, read from EXTAUTHZ_* environment
@@ -43,4 +49,58 @@ type Config struct {
 	KeyPrefix string `envconfig:"KEY_PREFIX" default:"xa"`
 	// LocalCache answers keys known to be over limit without Redis until their reset.
 	LocalCache bool `envconfig:"LOCAL_CACHE" default:"true"`
+	// MemoryMaxKeys bounds the states the embedded memory store keeps (the
+	// soonest-expiring are evicted beyond it); 0 is unbounded.
+	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1000000"`
+}
+
+// loadConfig reads the EXTAUTHZ_* environment and validates it.
+func loadConfig() (Config, error) {
+	var cfg Config
+	if err := envconfig.Process("EXTAUTHZ", &cfg); err != nil {
+		return cfg, fmt.Errorf("configuration: %w", err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate returns every problem of c, each naming its variable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("EXTAUTHZ_"+name+": "+format, args...))
+	}
+	if c.GRPCAddr == "" {
+		bad("GRPC_ADDR", "must not be empty")
+	}
+	if c.HTTPAddr == "" {
+		bad("HTTP_ADDR", "must not be empty")
+	}
+	if _, err := c.slogLevel(); err != nil {
+		bad("LOG_LEVEL", "%v", err)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	if c.MemoryMaxKeys < 0 {
+		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)
+	}
+	if c.FailureMode != "open" && c.FailureMode != "closed" {
+		bad("FAILURE_MODE", "must be open or closed, got %q", c.FailureMode)
+	}
+	return errors.Join(errs...)
+}
+
+// slogLevel parses LogLevel.
+func (c Config) slogLevel() (slog.Level, error) {
+	switch strings.ToLower(c.LogLevel) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("unknown level %q (debug, info, warn, error)", c.LogLevel)
 }

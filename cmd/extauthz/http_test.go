@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// stubStore is a store whose readiness the test sets.
+type stubStore struct {
+	ratelimit.Store
+	ready error
+}
+
+func (s *stubStore) Ready(context.Context) error { return s.ready }
+
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+	loaded := &policy.Policy{}
+	cases := []struct {
+		name     string
+		policy   *policy.Policy
+		store    ratelimit.Store
+		draining bool
+		code     int
+		body     string
+	}{
+		{"ready", loaded, &stubStore{}, false, http.StatusOK, "ready"},
+		{"no policy", nil, &stubStore{}, false, http.StatusServiceUnavailable, "policy not loaded"},
+		{"store not ready", loaded, &stubStore{ready: errors.New("dial tcp: refused")}, false, http.StatusServiceUnavailable, "store not ready: dial tcp: refused"},
+		{"draining", loaded, &stubStore{}, true, http.StatusServiceUnavailable, "shutting down"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := c.policy
+			s := &server{
+				log:    slog.New(slog.DiscardHandler),
+				store:  c.store,
+				policy: &policySource{PolicySource: envoy.PolicyFunc(func() *policy.Policy { return p })},
+			}
+			s.draining.Store(c.draining)
+			h := newHTTPServer(s, prometheus.NewRegistry()).Handler
+			for path, want := range map[string]int{"/readyz": c.code, "/healthz": http.StatusOK} {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				body, _ := io.ReadAll(rec.Body)
+				if rec.Code != want {
+					t.Errorf("%s = %d %q, want %d", path, rec.Code, body, want)
+				}
+				if path == "/readyz" && !strings.Contains(string(body), c.body) {
+					t.Errorf("/readyz body %q, want %q", body, c.body)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cfg := Config{GRPCAddr: ":1", HTTPAddr: ":2", LogLevel: "info", ShutdownTimeout: 1, FailureMode: "open"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	bad := Config{LogLevel: "loud", FailureMode: "sometimes", MemoryMaxKeys: -1}
+	err := bad.Validate()
+	for _, name := range []string{"GRPC_ADDR", "HTTP_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "FAILURE_MODE", "MEMORY_MAX_KEYS"} {
+		if err == nil || !strings.Contains(err.Error(), "EXTAUTHZ_"+name) {
+			t.Errorf("Validate() = %v, want a problem with EXTAUTHZ_%s", err, name)
+		}
+	}
+}

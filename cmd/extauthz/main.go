@@ -1,0 +1,63 @@
+// Command extauthz serves Envoy's rate limit (RLS v3), ext_authz and
+// ext_proc gRPC APIs from one process; see the README for its configuration.
+//
+//	extauthz                 serve (the default)
+//	extauthz serve           the same
+//	extauthz validate PATH   check a policy file or directory offline
+//	extauthz version         print the version
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+const usage = `usage:
+  extauthz [serve]         serve gRPC (RLS, health, reflection) and HTTP (/metrics, /healthz, /readyz);
+                           configured by EXTAUTHZ_* environment variables (see README)
+  extauthz validate PATH   load the policy at PATH (file or directory), print every problem
+  extauthz version         print the version
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one subcommand and returns the process exit code: 0 on
+// success, 1 on failure, 2 on a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		if len(args) != 0 {
+			break
+		}
+		return serveMain(ctx, stderr)
+	case "validate":
+		if len(args) != 1 {
+			break
+		}
+		return validateMain(args[0], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "extauthz %s\n", version)
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}
