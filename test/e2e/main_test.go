@@ -85,8 +85,15 @@ func findEnvoy() (string, error) {
 	return bin, nil
 }
 
-// buildExtauthz builds ./cmd/extauthz once into dir.
+// buildExtauthz builds ./cmd/extauthz once into dir, unless EXTAUTHZ_BIN
+// names a binary to test instead (a release, or one built with other flags).
 func buildExtauthz(root, dir string) (string, error) {
+	if bin := os.Getenv("EXTAUTHZ_BIN"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("EXTAUTHZ_BIN: %w", err)
+		}
+		return bin, nil
+	}
 	if _, err := os.Stat(filepath.Join(root, "cmd", "extauthz", "main.go")); err != nil {
 		return "", errNotLanded
 	}
