@@ -52,7 +52,7 @@ func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (
 	// eviction of last resort can (see reclaim).
 	for i, e := range ents {
 		if e != nil {
-			e.st = nexts[i]
+			sh.set(e, nexts[i])
 		}
 	}
 	for i, e := range ents {

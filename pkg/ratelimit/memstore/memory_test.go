@@ -128,35 +128,49 @@ func TestSweepRemovesExpiredAndShrinks(t *testing.T) {
 }
 
 // TestHashCollisionChain: states whose hashes collide share a chain and
-// stay distinct through lookup, expiry and eviction.
+// stay distinct through lookup and removal.
 func TestHashCollisionChain(t *testing.T) {
 	t.Parallel()
 	var sh shard
 	sh.init(0)
-	a := ident{key: "a", period: time.Second}
-	b := ident{key: "b", period: time.Second}
-	c := ident{key: "c", period: time.Minute, alg: 3}
-	sh.insert(42, a, ratelimit.State{Expires: 10, TAT: 1}, 0)
-	sh.insert(42, b, ratelimit.State{Expires: 20, TAT: 2}, 0)
-	sh.insert(42, c, ratelimit.State{Expires: 30, TAT: 3}, 0)
-	for _, want := range []struct {
-		id  ident
-		tat int64
-	}{{a, 1}, {b, 2}, {c, 3}} {
-		if e := sh.find(42, want.id); e == nil || e.st.TAT != want.tat {
-			t.Fatalf("find(%+v) = %+v", want.id, e)
+	ids := []ident{
+		{key: "a", period: time.Second},
+		{key: "b", period: time.Second},
+		{key: "c", period: time.Minute, alg: 3},
+	}
+	for i, id := range ids {
+		sh.insert(42, id, ratelimit.State{Expires: 100, TAT: int64(i)}, 0)
+	}
+	check := func(present ...bool) {
+		t.Helper()
+		n := 0
+		for i, id := range ids {
+			e := sh.find(42, id)
+			if (e != nil) != present[i] || (e != nil && e.st.TAT != int64(i)) {
+				t.Fatalf("find(%+v) = %+v, want present=%v", id, e, present[i])
+			}
+			if e != nil {
+				n++
+				if sh.ring[e.pos].e != e {
+					t.Fatalf("ring position of %+v is stale", id)
+				}
+			}
+		}
+		if len(sh.ring) != n {
+			t.Fatalf("ring holds %d, want %d", len(sh.ring), n)
 		}
 	}
+	check(true, true, true)
 	if e := sh.find(42, ident{key: "d", period: time.Second}); e != nil {
 		t.Fatalf("found a state never stored: %+v", e)
 	}
-	sh.prune(42, sh.m[42], 15) // a expires
-	if sh.find(42, a) != nil || sh.find(42, b) == nil || sh.find(42, c) == nil || sh.n != 2 {
-		t.Fatalf("after prune: n=%d, a=%v b=%v c=%v", sh.n, sh.find(42, a), sh.find(42, b), sh.find(42, c))
-	}
-	sh.unlink(42, sh.find(42, c)) // the tail
-	sh.unlink(42, sh.find(42, b)) // the head, last one
-	if len(sh.m) != 0 || sh.n != 0 {
-		t.Fatalf("after unlinking all: %d slots, n=%d", len(sh.m), sh.n)
+	sh.remove(sh.find(42, ids[1])) // mid-chain
+	check(true, false, true)
+	sh.remove(sh.find(42, ids[2])) // the head (inserted last)
+	check(true, false, false)
+	sh.remove(sh.find(42, ids[0]))
+	check(false, false, false)
+	if len(sh.m) != 0 {
+		t.Fatalf("map keeps %d slots", len(sh.m))
 	}
 }

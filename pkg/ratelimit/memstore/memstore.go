@@ -152,7 +152,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 		return res, err
 	}
 	if e != nil {
-		e.st = next
+		sh.set(e, next)
 	} else {
 		sh.insert(h, id, next, now)
 	}
@@ -220,7 +220,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.States += sh.n
+		st.States += len(sh.ring)
 		st.Evictions += sh.evictions
 		sh.mu.Unlock()
 	}

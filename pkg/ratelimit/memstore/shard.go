@@ -8,14 +8,15 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
-// sampleSize is how many hash slots a new state's insertion examines for
-// reclaiming. Each insertion deletes sampleSize*f expired states on average
-// (f the expired fraction), so a shard settles at no more than
+// sampleSize is how many states a new state's insertion examines for
+// reclaiming, moving a clock hand around the shard's ring. Every state is
+// examined once per len(ring)/sampleSize insertions, so expired states wait
+// at most that long: a shard settles at no more than
 // sampleSize/(sampleSize-1) times its live states even when every request
 // brings a new key and the janitor never runs.
 const sampleSize = 8
 
-// shrinkMin is the peak size from which a swept shard whose map shrank to a
+// shrinkMin is the peak size from which a swept shard that shrank to a
 // quarter of its peak is rebuilt: Go maps never give memory back by
 // themselves, and a burst of keys would otherwise stay paid for.
 const shrinkMin = 1024
@@ -58,17 +59,27 @@ func salt(id ident) uint64 {
 // fast path, which matters on a path that takes about 100ns in all.
 type entry struct {
 	ident
-	st   ratelimit.State
+	h    uint64 // map key
+	pos  int    // index in shard.ring
 	next *entry // another state with the same hash; almost always nil
+	st   ratelimit.State
+}
+
+// slot is an entry's place in the ring, with a copy of its expiry so that
+// reclaiming scans contiguous memory instead of chasing pointers.
+type slot struct {
+	e       *entry
+	expires int64
 }
 
 // shard is one independently locked part of the store.
 type shard struct {
 	mu        sync.Mutex
 	m         map[uint64]*entry
-	n         int // states held (chains included)
-	max       int // states this shard may hold; 0 = unlimited
-	peak      int // largest len(m) since the last rebuild
+	ring      []slot // every entry once, in no particular order
+	hand      int    // next ring index reclaim examines
+	max       int    // states this shard may hold; 0 = unlimited
+	peak      int    // largest len(ring) since the last rebuild
 	evictions uint64
 	last      int64    // latest instant decided at, µs
 	_         [64]byte // keeps neighbouring shards' hot fields off this cache line
@@ -102,37 +113,49 @@ func (sh *shard) find(h uint64, id ident) *entry {
 	return nil
 }
 
+// set replaces e's state.
+func (sh *shard) set(e *entry, st ratelimit.State) {
+	e.st = st
+	sh.ring[e.pos].expires = st.Expires
+}
+
 // insert stores a new state, first reclaiming room. The key is cloned so the
 // map never pins a larger buffer the caller's string may point into.
 func (sh *shard) insert(h uint64, id ident, st ratelimit.State, now int64) {
 	sh.reclaim(id.key, now)
 	id.key = strings.Clone(id.key)
-	sh.m[h] = &entry{ident: id, st: st, next: sh.m[h]}
-	sh.n++
-	sh.peak = max(sh.peak, len(sh.m))
+	e := &entry{ident: id, h: h, pos: len(sh.ring), next: sh.m[h], st: st}
+	sh.m[h] = e
+	sh.ring = append(sh.ring, slot{e: e, expires: st.Expires})
+	sh.peak = max(sh.peak, len(sh.ring))
 }
 
-// reclaim examines up to sampleSize slots in the map's randomised iteration
-// order and deletes the expired states. If the shard is still full, it
-// evicts the sampled state that expires soonest, the least useful one (it
-// would be forgotten soonest anyway), preferring states of other keys than
-// own, whose request is being charged.
+// reclaim examines the next sampleSize states under the clock hand and
+// removes the expired ones. If the shard is still full, it evicts the
+// examined state that expires soonest, the least useful one (it would be
+// forgotten soonest anyway), preferring states of other keys than own,
+// whose request is being charged.
 func (sh *shard) reclaim(own string, now int64) {
 	var victim *entry
-	var victimHash uint64
-	seen := 0
-	for h, head := range sh.m {
-		for e := sh.prune(h, head, now); e != nil && sh.max > 0; e = e.next {
-			if victim == nil || betterVictim(e, victim, own) {
-				victim, victimHash = e, h
-			}
+	for range sampleSize {
+		if len(sh.ring) == 0 {
+			return
 		}
-		if seen++; seen == sampleSize {
-			break
+		if sh.hand >= len(sh.ring) {
+			sh.hand = 0
 		}
+		sl := sh.ring[sh.hand]
+		if sl.expires <= now {
+			sh.remove(sl.e) // the last slot moves here: examined next
+			continue
+		}
+		if sh.max > 0 && (victim == nil || betterVictim(sl.e, victim, own)) {
+			victim = sl.e
+		}
+		sh.hand++
 	}
-	if sh.max > 0 && sh.n >= sh.max && victim != nil {
-		sh.unlink(victimHash, victim)
+	if sh.max > 0 && len(sh.ring) >= sh.max && victim != nil {
+		sh.remove(victim)
 		sh.evictions++
 	}
 }
@@ -146,71 +169,50 @@ func betterVictim(e, v *entry, own string) bool {
 	return e.st.Expires < v.st.Expires
 }
 
-// prune removes the expired states from the chain at h and returns what
-// is left of it.
-func (sh *shard) prune(h uint64, head *entry, now int64) *entry {
-	if head.next == nil { // the usual chain of one
-		if head.st.Expires > now {
-			return head
-		}
-		delete(sh.m, h)
-		sh.n--
-		return nil
-	}
-	var first *entry
-	link := &first
-	for e := head; e != nil; e = e.next {
-		if e.st.Expires <= now {
-			sh.n--
-			continue
-		}
-		*link, link = e, &e.next
-	}
-	*link = nil
-	switch {
-	case first == nil:
-		delete(sh.m, h)
-	case first != head:
-		sh.m[h] = first
-	}
-	return first
-}
-
-// unlink removes e from the chain at h.
-func (sh *shard) unlink(h uint64, e *entry) {
-	sh.n--
-	head := sh.m[h]
-	if head == e {
+// remove deletes e from the map (its hash chain) and the ring.
+func (sh *shard) remove(e *entry) {
+	if head := sh.m[e.h]; head == e {
 		if e.next == nil {
-			delete(sh.m, h)
+			delete(sh.m, e.h)
 		} else {
-			sh.m[h] = e.next
+			sh.m[e.h] = e.next
 		}
-		return
-	}
-	for p := head; p != nil; p = p.next {
-		if p.next == e {
-			p.next = e.next
-			return
+	} else {
+		for p := head; p != nil; p = p.next {
+			if p.next == e {
+				p.next = e.next
+				break
+			}
 		}
 	}
+	last := len(sh.ring) - 1
+	moved := sh.ring[last]
+	sh.ring[e.pos] = moved
+	moved.e.pos = e.pos
+	sh.ring[last] = slot{} // drop the pointer for the collector
+	sh.ring = sh.ring[:last]
 }
 
-// sweep deletes every expired state, and rebuilds a map that has shrunk
+// sweep removes every expired state, and rebuilds a shard that has shrunk
 // far below its peak.
 func (sh *shard) sweep(now int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for h, head := range sh.m {
-		sh.prune(h, head, now)
+	for i := 0; i < len(sh.ring); {
+		if sh.ring[i].expires <= now {
+			sh.remove(sh.ring[i].e)
+			continue
+		}
+		i++
 	}
-	if sh.peak >= shrinkMin && len(sh.m) < sh.peak/4 {
+	if sh.peak >= shrinkMin && len(sh.ring) < sh.peak/4 {
 		m := make(map[uint64]*entry, len(sh.m))
 		for h, e := range sh.m {
 			m[h] = e
 		}
 		sh.m = m
-		sh.peak = len(m)
+		sh.ring = append(make([]slot, 0, len(sh.ring)), sh.ring...)
+		sh.peak = len(sh.ring)
 	}
 }
 
@@ -219,5 +221,5 @@ func (sh *shard) clear() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	clear(sh.m)
-	sh.n = 0
+	sh.ring, sh.hand = nil, 0
 }
