@@ -46,7 +46,8 @@ type Options struct {
 	// MaxKeys bounds the number of stored states (one per key, algorithm
 	// and period); 0 means unlimited. A shard holds at most
 	// MaxKeys/Shards states; when a new state would exceed that, the state
-	// expiring soonest among a small random sample is evicted. Eviction
+	// expiring soonest among the few examined for reclaiming is evicted
+	// (least useful: it would be forgotten soonest anyway). Eviction
 	// forgets a caller's usage, so that caller may be admitted beyond its
 	// limit: size MaxKeys above the number of keys active at once.
 	MaxKeys int
