@@ -110,10 +110,6 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 
 // idempotency takes the Idempotency-Key decision and renders it.
 func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkRequest, rl []*corev3.HeaderValue) *authv3.CheckResponse {
-	if id := applies(route, r.method); id != nil && r.partialBody {
-		s.gate.events.Count(idempotency.APIExtAuthz, idempotency.EventBodyTooBig)
-		return deniedResponse(codes.PermissionDenied, withHeaders(problemBodyTooLarge(), rl))
-	}
 	res := s.gate.decide(ctx, idempotency.APIExtAuthz, route, r.idemRequest)
 	switch res.kind {
 	case gateReply:
@@ -123,7 +119,7 @@ func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkReq
 		if !replayableHere(rep) {
 			// Admit without a lease; ext_proc replays the bytes.
 			h := handoff{action: ActionReplay, route: route.Name, fp: res.fp,
-				lease: idempotency.Lease{Scope: r.tenant, Key: mustKey(r.headers), TTLs: ttlsOf(route.Idempotency)}}
+				lease: idempotency.Lease{Scope: r.tenant, Key: res.key, TTLs: ttlsOf(route.Idempotency)}}
 			return okResponse(rl, h.toStruct())
 		}
 		s.gate.events.Count(idempotency.APIExtAuthz, idempotency.EventReplayed)
@@ -133,13 +129,6 @@ func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkReq
 		return okResponse(rl, h.toStruct())
 	}
 	return okResponse(rl, nil)
-}
-
-// mustKey re-reads the key of a request the gate already validated.
-func mustKey(hs headerList) string {
-	v, _ := hs.get(HeaderIdempotencyKey)
-	k, _ := idempotency.ParseKey(v)
-	return k
 }
 
 // replayableHere reports whether ext_authz can send rep: its body and

@@ -93,6 +93,7 @@ type idemRequest struct {
 	headers      headerList
 	body         []byte
 	tenant       string
+	partialBody  bool // Envoy cut the body: it cannot be fingerprinted
 }
 
 // gateKind is what the idempotency gate decided for a request.
@@ -110,6 +111,7 @@ type gateResult struct {
 	kind   gateKind
 	reply  *reply
 	lease  idempotency.Lease
+	key    string
 	fp     idempotency.Fingerprint
 	stored idempotency.Response
 }
@@ -190,7 +192,7 @@ func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency
 		g.events.Count(api, idempotency.EventMismatch)
 		return gateResult{kind: gateReply, reply: problemKeyReused()}
 	}
-	return gateResult{kind: gateReplay, stored: o.Response, fp: fp}
+	return gateResult{kind: gateReplay, stored: o.Response, key: key, fp: fp}
 }
 
 // decide is the whole request-side decision for one request on route.
@@ -205,6 +207,9 @@ func (g *gate) decide(ctx context.Context, api string, route *policy.Route, r id
 		return gateResult{kind: gateReply, reply: bad}
 	case key == "":
 		return gateResult{kind: gatePass}
+	case r.partialBody:
+		g.events.Count(api, idempotency.EventBodyTooBig)
+		return gateResult{kind: gateReply, reply: problemBodyTooLarge()}
 	}
 	return g.begin(ctx, api, r.tenant, key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
 }

@@ -20,9 +20,8 @@ func httpPolicy(p *policy.Policy) *policy.HTTP {
 // checkRequest is what Check reads of a CheckRequest.
 type checkRequest struct {
 	idemRequest
-	principal   string
-	extensions  map[string]string
-	partialBody bool
+	principal  string
+	extensions map[string]string
 }
 
 // headerPartialBody is set by Envoy when it cut the body at max_request_bytes
