@@ -11,11 +11,12 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
-// replicaLimits is 100 per minute under each algorithm. The window
-// algorithms get an hour so that the run (well under a second) cannot
-// straddle a window edge, where they legitimately admit more.
+// replicaLimits is 100 per minute for the sliding log (an exact rolling
+// window). The others get an hour: GCRA refills one hit per Period/100 (0.6 s
+// for a minute, which a loaded machine can spend on 400 calls), and the
+// window algorithms legitimately admit more across a window edge.
 var replicaLimits = []ratelimit.Limit{
-	limitFor(ratelimit.GCRA, 100, time.Minute),
+	limitFor(ratelimit.GCRA, 100, time.Hour),
 	limitFor(ratelimit.SlidingLog, 100, time.Minute),
 	limitFor(ratelimit.SlidingWindow, 100, time.Hour),
 	limitFor(ratelimit.FixedWindow, 100, time.Hour),

@@ -1,7 +1,10 @@
 package redisstore
 
 import (
+	"context"
+	"crypto/sha1" //nolint:gosec // EVALSHA names scripts by SHA-1
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,8 +18,36 @@ import (
 //go:embed decide.lua
 var decideSrc string
 
-// decideScript decides all limits of one request; see decide.lua.
-var decideScript = redis.NewScript(decideSrc)
+// decideSHA is the SHA-1 of decide.lua, the name EVALSHA runs it by.
+var decideSHA = func() string {
+	sum := sha1.Sum([]byte(decideSrc))
+	return hex.EncodeToString(sum[:])
+}()
+
+// noRetryCmd is a script call that go-redis must never re-send on its own.
+// A call whose reply was lost (a read timeout, a dropped connection) may
+// already have charged its hits; the cluster client would otherwise retry
+// it on timeouts and charge them twice. Failures go to the caller instead
+// (see package failover).
+type noRetryCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (noRetryCmd) NoRetry() bool { return true }
+
+// decideCmd builds EVALSHA (sha) or EVAL of decide.lua for one request.
+func decideCmd(ctx context.Context, sha bool, keys []string, args []any) noRetryCmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	if sha {
+		a = append(a, "evalsha", decideSHA)
+	} else {
+		a = append(a, "eval", decideSrc)
+	}
+	a = append(a, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return noRetryCmd{redis.NewCmd(ctx, append(a, args...)...)}
+}
 
 // Argument and reply layout of decide.lua. The Lua reads ARGV and builds its
 // reply by these positions and codes: change both together.

@@ -27,11 +27,13 @@ import (
 // DefaultPrefix starts every key when Options.Prefix is empty.
 const DefaultPrefix = "xa"
 
-// Client is what the store needs from Redis: scripts and pipelines. Both
-// *redis.Client and *redis.ClusterClient satisfy it.
+// Client is what the store needs from Redis: sending commands, pipelines,
+// and loading the script. Both *redis.Client and *redis.ClusterClient
+// satisfy it.
 type Client interface {
-	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 }
 
 var (
@@ -110,7 +112,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	if err := decideScript.Load(ctx, s.client).Err(); err != nil {
+	if err := s.client.ScriptLoad(ctx, decideSrc).Err(); err != nil {
 		return fmt.Errorf("redisstore: load script: %w", err)
 	}
 	return nil
@@ -125,11 +127,17 @@ func (s *Store) Close() error {
 
 // runOne runs one request with EVALSHA, falling back to EVAL on NOSCRIPT.
 func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.Decision, error) {
-	v, err := decideScript.Run(ctx, s.client, requestKeys(s.prefix, req), scriptArgs(req, s.fixedNow())...).Result()
+	keys, args := requestKeys(s.prefix, req), scriptArgs(req, s.fixedNow())
+	cmd := decideCmd(ctx, true, keys, args)
+	err := s.client.Process(ctx, cmd)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = decideCmd(ctx, false, keys, args)
+		err = s.client.Process(ctx, cmd)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	d, err := parseReply(v, len(req.Limits))
+	d, err := parseReply(cmd.Val(), len(req.Limits))
 	if err != nil {
 		return nil, err
 	}
@@ -146,9 +154,7 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 	for i, r := range reqs {
 		keys[i], args[i] = requestKeys(s.prefix, r), scriptArgs(r, now)
 	}
-	cmds := s.pipeline(ctx, func(p redis.Pipeliner, i int) *redis.Cmd {
-		return decideScript.EvalSha(ctx, p, keys[i], args[i]...)
-	}, allIndexes(len(reqs)))
+	cmds := s.pipeline(ctx, true, keys, args, allIndexes(len(reqs)))
 	var missing []int
 	for i, c := range cmds {
 		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
@@ -156,9 +162,7 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 		}
 	}
 	if len(missing) > 0 {
-		retried := s.pipeline(ctx, func(p redis.Pipeliner, i int) *redis.Cmd {
-			return decideScript.Eval(ctx, p, keys[i], args[i]...)
-		}, missing)
+		retried := s.pipeline(ctx, false, keys, args, missing)
 		for j, i := range missing {
 			cmds[i] = retried[j]
 		}
@@ -176,13 +180,14 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 	return out, nil
 }
 
-// pipeline queues build(p, i) for each index and executes the pipeline; the
+// pipeline queues the script for each index and executes the pipeline; the
 // commands carry their own errors.
-func (s *Store) pipeline(ctx context.Context, build func(redis.Pipeliner, int) *redis.Cmd, idx []int) []*redis.Cmd {
+func (s *Store) pipeline(ctx context.Context, sha bool, keys [][]string, args [][]any, idx []int) []noRetryCmd {
 	p := s.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(idx))
+	cmds := make([]noRetryCmd, len(idx))
 	for j, i := range idx {
-		cmds[j] = build(p, i)
+		cmds[j] = decideCmd(ctx, sha, keys[i], args[i])
+		_ = p.Process(ctx, cmds[j]) // queued; the error comes with Exec
 	}
 	_, _ = p.Exec(ctx) // the first error is also on its command
 	return cmds
