@@ -28,9 +28,13 @@ type readiness interface {
 	Ready(ctx context.Context) error
 }
 
-// newStore builds the rate-limit store the configuration selects: today the
-// embedded memory store (state per process, so each replica counts alone).
+// newStore builds the rate-limit store the configuration selects: the Redis
+// stack when EXTAUTHZ_REDIS_URL is set (store_redis.go), else the embedded
+// memory store (state per process, so each replica counts alone).
 func newStore(_ context.Context, cfg Config, deps storeDeps) (ratelimit.Store, error) {
+	if cfg.RedisURL != "" {
+		return newRedisStore(cfg, deps) // store_redis.go
+	}
 	s, err := memstore.New(memstore.Options{Now: deps.Now, MaxKeys: cfg.MemoryMaxKeys})
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)

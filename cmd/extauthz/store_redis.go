@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
+	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
+	"github.com/extauthz/extauthz/pkg/ratelimit/overlimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/redisstore"
+)
+
+// newRedisStore builds the Redis-backed stack: the Redis store, the failure
+// wrapper (fall back to an in-process store, or deny) and, unless disabled,
+// the local over-limit cache in front. Nothing here contacts Redis: a Redis
+// that is down at start-up makes /readyz say so, not the process exit.
+func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
+	mode, err := failover.ParseMode(cfg.FailureMode)
+	if err != nil {
+		return nil, fmt.Errorf("EXTAUTHZ_FAILURE_MODE: %w", err)
+	}
+	client, err := redisstore.NewClient(redisstore.ClientOptions{
+		URL:                   cfg.RedisURL,
+		Cluster:               cfg.RedisCluster,
+		PoolSize:              cfg.RedisPoolSize,
+		DialTimeout:           cfg.RedisDialTimeout,
+		ReadTimeout:           cfg.RedisReadTimeout,
+		WriteTimeout:          cfg.RedisWriteTimeout,
+		TLSCAFile:             cfg.RedisTLSCAFile,
+		TLSInsecureSkipVerify: cfg.RedisTLSInsecureSkipVerify,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("EXTAUTHZ_REDIS_*: %w", err)
+	}
+	// go-redis logs dial failures itself, through a process-wide logger;
+	// route them to ours at debug level (failures are counted in metrics
+	// and reported by /readyz).
+	redis.SetLogger(redisLogger{deps.Logger})
+	store, err := redisStack(client, mode, cfg, deps)
+	if err != nil {
+		return nil, errors.Join(err, client.Close())
+	}
+	// The URL may hold a password: log only what it selects.
+	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
+		"failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
+	return &redisBacked{Store: store, client: client}, nil
+}
+
+// redisStack wraps the Redis store in the failure mode and the local cache.
+func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps) (ratelimit.Store, error) {
+	rs, err := redisstore.New(client, redisstore.Options{Prefix: cfg.KeyPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
+	}
+	var fallback ratelimit.Store
+	if mode == failover.Open {
+		if fallback, err = memstore.New(memstore.Options{Now: deps.Now, MaxKeys: cfg.MemoryMaxKeys}); err != nil {
+			return nil, fmt.Errorf("fallback memory store: %w", err)
+		}
+	}
+	fs, err := failover.New(rs, failover.Options{Mode: mode, Fallback: fallback, Registerer: deps.Registerer, Now: deps.Now})
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.LocalCache {
+		return fs, nil
+	}
+	return overlimit.New(fs, overlimit.Options{Registerer: deps.Registerer, Now: deps.Now})
+}
+
+// redisLogger adapts slog to go-redis's logging interface.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// redisBacked closes the Redis client after the stores that use it, and
+// passes readiness through.
+type redisBacked struct {
+	ratelimit.Store
+	client redis.UniversalClient
+}
+
+func (r *redisBacked) Ready(ctx context.Context) error {
+	if rd, ok := r.Store.(readiness); ok {
+		return rd.Ready(ctx)
+	}
+	return nil
+}
+
+func (r *redisBacked) Close() error {
+	return errors.Join(r.Store.Close(), r.client.Close())
+}
