@@ -111,14 +111,28 @@ func testHealthExempt(t *testing.T, s *stack) {
 
 // Envoy spreads RLS calls over both replicas (round robin); the budget is
 // one, in Redis: 30 requests, exactly 10 admitted, and both replicas
-// answered some of them.
+// answered RLS calls.
+//
+// Envoy's round robin is per worker and shared by the RLS and ext_authz
+// calls, so a request that makes both (RLS, then ext_authz) would send
+// every RLS call to the same replica on a quiet connection. Requests of a
+// tenant already over its limit make only the RLS call; interleaving one
+// after each counted request shifts the rotation, so the counted requests'
+// RLS calls alternate between the replicas.
 func testReplicasShareBudget(t *testing.T, s *stack) {
+	over := uniq("tover")
+	for i := 0; i < 11; i++ {
+		s.do(t, tenantGet("/things", over))
+	}
 	before := s.replicaDecisions(t, "ratelimit")
 	tenant := uniq("tr")
 	ok := 0
 	for i := 0; i < 30; i++ {
 		if r := s.do(t, tenantGet("/things", tenant)); r.status == http.StatusOK {
 			ok++
+		}
+		if r := s.do(t, tenantGet("/things", over)); r.status != http.StatusTooManyRequests {
+			t.Fatalf("tenant over its limit: got %s, want 429", r)
 		}
 	}
 	if ok != 10 {
