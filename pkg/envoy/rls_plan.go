@@ -43,8 +43,13 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest) ([]planned, 
 		}
 		return items, nil
 	}
-	strip := s.tenantKey != "" && !dom.HasTopLevelKey(s.tenantKey)
+	// Whether a leading tenant entry is stripped is a property of the
+	// domain; it is looked up only when some descriptor starts with one.
+	strip, known := false, false
 	for i, d := range descs {
+		if !known && s.tenantKey != "" && d.GetEntries()[0].GetKey() == s.tenantKey {
+			strip, known = !dom.HasTopLevelKey(s.tenantKey), true
+		}
 		items[i], keys[i] = s.planOne(dom, req.GetDomain(), d, strip)
 	}
 	applyReplaces(items)
