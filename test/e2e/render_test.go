@@ -139,9 +139,8 @@ func setSocket(m map[string]any, port int, path ...string) error {
 }
 
 // stripHTTPFilters keeps only envoy.filters.http.router in every HTTP
-// connection manager of the listener. Per-route configs of removed filters
-// stay; Envoy ignores configs of filters that are not in the chain... except
-// it does not, so they are removed from every route and virtual host too.
+// connection manager of the listener, and drops the routes' per-filter
+// configs and rate_limits with the filters they belong to.
 func stripHTTPFilters(listener map[string]any) error {
 	chains, _ := listener["filter_chains"].([]any)
 	for _, ch := range chains {
