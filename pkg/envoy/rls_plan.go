@@ -24,6 +24,8 @@ type planned struct {
 	names  []string
 	// shadow answers OK whatever the decision.
 	shadow bool
+	// blocked denies without asking the store (requests_per_unit: 0).
+	blocked bool
 	// batch is the index of the descriptor's ratelimit.Request, hits its cost.
 	batch int
 	hits  int64
@@ -60,7 +62,7 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest) ([]planned, 
 	}
 	var reqs []ratelimit.Request
 	for i := range items {
-		if !items[i].counted() {
+		if !items[i].counted() || items[i].blocked {
 			continue
 		}
 		h := hits
@@ -102,10 +104,11 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		return planned{outcome: OutcomeNoMatch, rule: m.Rule}, ""
 	}
 	p := planned{
-		rule:   m.Rule,
-		limits: m.Rule.Limits,
-		names:  limitNames(m.Rule, m.Rule.Limits),
-		shadow: m.Rule.ShadowMode,
+		rule:    m.Rule,
+		limits:  m.Rule.Limits,
+		names:   limitNames(m.Rule, m.Rule.Limits),
+		shadow:  m.Rule.ShadowMode,
+		blocked: m.Rule.Blocked,
 	}
 	return p, ratelimit.Key(tenant, domain, keyEntries)
 }

@@ -26,7 +26,12 @@ func respond(items []planned, decisions []ratelimit.Decision) *rlsv3.RateLimitRe
 			resp.Statuses[i] = uncountedStatus(it.outcome)
 			continue
 		}
-		dec := decisions[it.batch]
+		var dec ratelimit.Decision
+		if it.blocked {
+			dec = blockedDecision(it.limits[0])
+		} else {
+			dec = decisions[it.batch]
+		}
 		t := tightest(dec)
 		res := dec.Results[t]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{
@@ -53,6 +58,13 @@ func respond(items []planned, decisions []ratelimit.Decision) *rlsv3.RateLimitRe
 	}
 	resp.ResponseHeadersToAdd = rateLimitHeaders(quotas, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, retry)
 	return resp
+}
+
+// blockedDecision answers a block-all rule (requests_per_unit: 0): denied,
+// nothing remaining. Nothing ever frees up, so clients are told to come back
+// after one unit rather than at once.
+func blockedDecision(l ratelimit.Limit) ratelimit.Decision {
+	return ratelimit.Decision{Results: []ratelimit.Result{{RetryAfter: l.Period, ResetAfter: l.Period}}}
 }
 
 // uncountedStatus answers a descriptor that was not counted. Unlimited ones

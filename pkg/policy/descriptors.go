@@ -132,9 +132,13 @@ func (d *decoder) rule(df descriptorFields, b *domainBuilder) *Rule {
 	}
 	r := &Rule{}
 	for _, s := range specs {
-		if s.unlimited {
+		switch {
+		case s.unlimited:
 			r.Unlimited = true
-		} else {
+		case s.blocked:
+			r.Blocked = true
+			r.Limits = append(r.Limits, s.limit)
+		default:
 			r.Limits = append(r.Limits, s.limit)
 		}
 		if r.Name == "" {

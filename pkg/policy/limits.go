@@ -41,6 +41,7 @@ type ref struct {
 type limitSpec struct {
 	limit     ratelimit.Limit
 	unlimited bool
+	blocked   bool // requests_per_unit: 0
 	replaces  []ref
 	ok        bool // no problem was found in it
 }
@@ -73,7 +74,7 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 			}
 		}
 	} else {
-		d.fillLimit(f, kvs, &spec.limit)
+		spec.blocked = d.fillLimit(f, kvs, &spec.limit, place == inRateLimit)
 	}
 	spec.ok = len(*d.probs) == before
 	return spec
@@ -85,8 +86,10 @@ func (d *decoder) placeAllows(kv field, forbidden bool, msg string) {
 	}
 }
 
-// fillLimit turns the limit fields into l, reporting each bad one.
-func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit) {
+// fillLimit turns the limit fields into l, reporting each bad one. Where
+// mayBlock, requests_per_unit: 0 is accepted as a block-all rule (as in
+// envoyproxy/ratelimit) and reported by the returned flag.
+func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit, mayBlock bool) (blocked bool) {
 	unit, hasUnit := kvs["unit"]
 	period, hasPeriod := kvs["period"]
 	switch {
@@ -101,9 +104,11 @@ func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit) {
 	}
 	if rpu, ok := kvs["requests_per_unit"]; !ok {
 		d.problem(f.line, joinPath(f.path, "requests_per_unit"), "is required")
-	} else if l.Requests = d.integer(rpu); l.Requests < 1 {
+	} else if l.Requests = d.integer(rpu); l.Requests == 0 && mayBlock {
+		blocked = true
+	} else if l.Requests < 1 {
 		d.problem(rpu.line, rpu.path,
-			"must be at least 1, got %d (a block-all rule of 0 requests is not supported)", l.Requests)
+			"must be at least 1, got %d (0 blocks all requests only in a descriptor's rate_limit)", l.Requests)
 	}
 	l.Algorithm = ratelimit.GCRA
 	if alg, ok := kvs["algorithm"]; ok {
@@ -122,6 +127,7 @@ func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit) {
 			d.problem(f.line, f.path, "%v", err)
 		}
 	}
+	return blocked
 }
 
 func (d *decoder) burst(f field, l *ratelimit.Limit) {

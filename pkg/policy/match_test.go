@@ -326,3 +326,17 @@ func BenchmarkMatch(b *testing.B) {
 		})
 	}
 }
+
+func TestZeroRequestsPerUnitIsABlockAllRule(t *testing.T) {
+	t.Parallel()
+	p := mustLoad(t, "block.yaml", `domain: d
+descriptors:
+  - key: client
+    value: banned
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`)
+	m, ok := p.Domain("d").Match([]ratelimit.Entry{{Key: "client", Value: "banned"}})
+	if !ok || !m.Rule.Blocked || len(m.Rule.Limits) != 1 || m.Rule.Limits[0].Period != time.Hour {
+		t.Fatalf("Match = %+v, %v; want a blocked rule with its one-hour limit", m.Rule, ok)
+	}
+}

@@ -60,6 +60,10 @@ type Rule struct {
 	Limits []ratelimit.Limit
 	// Unlimited rules match but are never counted.
 	Unlimited bool
+	// Blocked rules (requests_per_unit: 0, envoyproxy/ratelimit's way to
+	// block a value) deny every request without counting; Limits then holds
+	// the one zero-request limit, for reporting only.
+	Blocked bool
 	// ShadowMode rules are counted, but an over-limit result is answered OK.
 	ShadowMode bool
 	// Replaces names the rules this one drops from the same request.

@@ -58,7 +58,8 @@ func TestValidationErrors(t *testing.T) {
 		{"missing key", "domain: d\ndescriptors: [{value: v}]", "descriptors[0].key", "is required"},
 		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: c\n        rate_limit: {unit: fortnight, requests_per_unit: 1}",
 			"descriptors[0].descriptors[1].rate_limit.unit", `unknown unit "fortnight"`},
-		{"zero requests_per_unit", rl + "{unit: second, requests_per_unit: 0}", "descriptors[0].rate_limit.requests_per_unit", "at least 1, got 0"},
+		{"zero requests_per_unit in rate_limits", "domain: d\ndescriptors: [{key: k, rate_limits: [{unit: second, requests_per_unit: 0}]}]",
+			"descriptors[0].rate_limits[0].requests_per_unit", "at least 1, got 0"},
 		{"negative requests_per_unit", rl + "{unit: second, requests_per_unit: -5}", "descriptors[0].rate_limit.requests_per_unit", "at least 1, got -5"},
 		{"missing requests_per_unit", rl + "{unit: second}", "descriptors[0].rate_limit.requests_per_unit", "is required"},
 		{"non-integer requests_per_unit", rl + "{unit: second, requests_per_unit: ten}", "descriptors[0].rate_limit.requests_per_unit", "expected an integer"},
@@ -106,7 +107,7 @@ descriptors:
   - key: a
     rate_limit:
       unit: fortnight
-      requests_per_unit: 0
+      requests_per_unit: -1
   - key: b
     colour: blue
 `)
