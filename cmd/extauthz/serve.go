@@ -77,7 +77,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	services, err := newServices(cfg, store, src, metrics)
+	idem, err := newIdempotency(cfg, store, reg, log)
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	services, err := newServices(cfg, store, src, metrics, idem)
 	if err != nil {
 		return err
 	}
@@ -109,9 +113,11 @@ func (l *serviceList) add(s grpcService, err error) {
 
 // newServices builds every gRPC service served. Add a server here with one
 // line: l.add(envoy.NewXxx(...)).
-func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics) ([]grpcService, error) {
+func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps) ([]grpcService, error) {
 	var l serviceList
 	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey)))
+	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events))
+	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events))
 	return l.services, l.err
 }
 

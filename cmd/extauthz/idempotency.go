@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
+	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// idempotencyDeps is what the ext_authz and ext_proc servers share: the
+// Idempotency-Key store and its outcome counters.
+type idempotencyDeps struct {
+	store  idempotency.Store
+	events *idempotency.Metrics
+}
+
+// newIdempotency builds the idempotency store beside the rate-limit store:
+// in Redis on the same client when EXTAUTHZ_REDIS_URL is set (keys
+// <prefix>:idem:{...}; the client is closed with the rate-limit store),
+// else in memory. Failure handling is per route (the policy's
+// idempotency.failure_mode), not EXTAUTHZ_FAILURE_MODE: a lease cannot
+// fall back to a per-process store without breaking its guarantee.
+func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *slog.Logger) (idempotencyDeps, error) {
+	events, err := idempotency.NewMetrics(reg)
+	if err != nil {
+		return idempotencyDeps{}, err
+	}
+	rb, ok := rl.(*redisBacked)
+	if !ok {
+		log.Info("idempotency store", "kind", "memory")
+		return idempotencyDeps{store: idemmem.New(idemmem.Config{}), events: events}, nil
+	}
+	store, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix})
+	if err != nil {
+		return idempotencyDeps{}, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
+	}
+	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix)
+	return idempotencyDeps{store: store, events: events}, nil
+}
