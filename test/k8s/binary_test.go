@@ -117,6 +117,13 @@ func TestDockerBuildBinary(t *testing.T) {
 	if runtime.GOOS == "linux" {
 		checkStatic(t, bin)
 	}
+	// The policies the image and the ConfigMap ship must load.
+	for _, dir := range []string{"examples/policy", policyDir} {
+		out, err := exec.Command(bin, "validate", filepath.Join(repoRoot(t), dir)).CombinedOutput()
+		if err != nil {
+			t.Errorf("extauthz validate %s: %v\n%s", dir, err, out)
+		}
+	}
 }
 
 // checkStatic: no dynamic loader, no shared libraries, or the binary could
