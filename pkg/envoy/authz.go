@@ -48,7 +48,8 @@ type Authz struct {
 // NewAuthz returns an Authz deciding rate limits with limits and
 // idempotency with idem, under the policies' current snapshot. events
 // counts idempotency outcomes; metrics the decisions and their latency.
-func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics) (*Authz, error) {
+// Of the options, WithStoreTimeout applies.
+func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics, opts ...IdempotencyOption) (*Authz, error) {
 	switch {
 	case isNil(limits):
 		return nil, errors.New("envoy: NewAuthz: nil rate-limit store")
@@ -59,7 +60,8 @@ func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySou
 	case metrics == nil || events == nil:
 		return nil, errors.New("envoy: NewAuthz: nil metrics")
 	}
-	return &Authz{limits: limits, gate: gate{store: idem, events: events}, policies: policies, metrics: metrics}, nil
+	o := newIdemOptions(opts)
+	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout}, policies: policies, metrics: metrics}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).

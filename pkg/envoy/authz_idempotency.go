@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/policy"
@@ -118,8 +119,9 @@ type gateResult struct {
 
 // gate takes the request-side decision shared by ext_authz and ext_proc.
 type gate struct {
-	store  idempotency.Store
-	events *idempotency.Metrics
+	store   idempotency.Store
+	events  *idempotency.Metrics
+	timeout time.Duration // bounds every store call
 }
 
 // applies returns the route's idempotency settings if they apply to method.
@@ -171,6 +173,8 @@ func ttlsOf(id *policy.Idempotency) idempotency.TTLs {
 // begin runs Begin for a validated key and maps the outcome. failClosed
 // picks the answer when the store fails: 503, or admit without a lease.
 func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency.Fingerprint, ttls idempotency.TTLs, failClosed bool) gateResult {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
 	o, err := g.store.Begin(ctx, scope, key, fp, ttls)
 	if err != nil {
 		g.events.Count(api, idempotency.EventStoreError)

@@ -305,6 +305,24 @@ func TestAuthzStoreDown(t *testing.T) {
 	}
 }
 
+// A store that stops answering is cut off by the store timeout, so the
+// route's failure mode answers, not Envoy's timeout.
+func TestAuthzStoreHangs(t *testing.T) {
+	e := startIdem(t, idemPolicy)
+	e.store.hang.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := e.authz.Check(ctx, checkReq("POST", "/orders/1", nil, "x-tenant-id", "a", "idempotency-key", "k"))
+	if err != nil || resp.GetOkResponse() == nil {
+		t.Fatalf("fail-open route with a hung store: %v %v, want OK", resp, err)
+	}
+	resp, err = e.authz.Check(ctx, checkReq("POST", "/strict", nil, "x-tenant-id", "a", "idempotency-key", "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDenied(t, resp, 503, ProblemUnavailable)
+}
+
 func TestNewServersRejectNilDependencies(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)

@@ -43,45 +43,16 @@ import (
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	gate       gate
-	policies   PolicySource
-	metrics    *Metrics
-	ticker     func(time.Duration) (<-chan time.Time, func())
-	maxReqBody int
-}
-
-// ExtProcOption configures NewExtProc.
-type ExtProcOption func(*ExtProc)
-
-// DefaultMaxRequestBody bounds the request body ext_proc buffers for a
-// fingerprint (Envoy's own buffer limit is normally far lower).
-const DefaultMaxRequestBody = 16 << 20
-
-// WithMaxRequestBody bounds the request body buffered for the fingerprint
-// in wiring (a); a larger one is answered 413.
-func WithMaxRequestBody(n int) ExtProcOption {
-	return func(s *ExtProc) {
-		if n > 0 {
-			s.maxReqBody = n
-		}
-	}
-}
-
-// WithRenewTicker replaces the ticker that paces lease renewals (every
-// lease TTL / 3); tests drive renewals by hand with it. f returns the tick
-// channel and a stop function.
-func WithRenewTicker(f func(time.Duration) (<-chan time.Time, func())) ExtProcOption {
-	return func(s *ExtProc) {
-		if f != nil {
-			s.ticker = f
-		}
-	}
+	gate     gate
+	policies PolicySource
+	metrics  *Metrics
+	opts     idemOptions
 }
 
 // NewExtProc returns an ExtProc keeping idempotency records in idem under
 // the policies' current snapshot. events counts idempotency outcomes;
 // metrics times each message.
-func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics, opts ...ExtProcOption) (*ExtProc, error) {
+func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics, opts ...IdempotencyOption) (*ExtProc, error) {
 	switch {
 	case isNil(idem):
 		return nil, errors.New("envoy: NewExtProc: nil idempotency store")
@@ -90,19 +61,8 @@ func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics,
 	case metrics == nil || events == nil:
 		return nil, errors.New("envoy: NewExtProc: nil metrics")
 	}
-	s := &ExtProc{gate: gate{store: idem, events: events}, policies: policies, metrics: metrics,
-		ticker: realTicker, maxReqBody: DefaultMaxRequestBody}
-	for _, o := range opts {
-		if o != nil {
-			o(s)
-		}
-	}
-	return s, nil
-}
-
-func realTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
+	o := newIdemOptions(opts)
+	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout}, policies: policies, metrics: metrics, opts: o}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).

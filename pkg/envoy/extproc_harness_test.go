@@ -63,10 +63,13 @@ type idemEnv struct {
 	ticks  chan time.Time // drives lease renewals
 }
 
-// flakyStore fails every call while fail is set (a Redis outage).
+// flakyStore fails every call while fail is set (a Redis outage), and
+// blocks Begin until its context ends while hang is set (a Redis that
+// stopped answering).
 type flakyStore struct {
 	idempotency.Store
 	fail atomic.Bool
+	hang atomic.Bool
 }
 
 var errStoreDown = errors.New("store down")
@@ -74,6 +77,10 @@ var errStoreDown = errors.New("store down")
 func (s *flakyStore) Begin(ctx context.Context, scope, key string, fp idempotency.Fingerprint, t idempotency.TTLs) (idempotency.Outcome, error) {
 	if s.fail.Load() {
 		return idempotency.Outcome{}, errStoreDown
+	}
+	if s.hang.Load() {
+		<-ctx.Done()
+		return idempotency.Outcome{}, ctx.Err()
 	}
 	return s.Store.Begin(ctx, scope, key, fp, t)
 }

@@ -21,7 +21,7 @@ type renewer struct {
 func (s *ExtProc) startRenew(ctx context.Context, l idempotency.Lease) *renewer {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &renewer{cancel: cancel, done: make(chan struct{})}
-	ticks, stopTicker := s.ticker(max(l.TTLs.Lease/3, 1))
+	ticks, stopTicker := s.opts.ticker(max(l.TTLs.Lease/3, 1))
 	go func() {
 		defer close(r.done)
 		defer stopTicker()
@@ -31,7 +31,7 @@ func (s *ExtProc) startRenew(ctx context.Context, l idempotency.Lease) *renewer 
 				return
 			case <-ticks:
 			}
-			err := s.gate.store.Renew(ctx, l)
+			err := s.gate.renew(ctx, l)
 			switch {
 			case errors.Is(err, idempotency.ErrLeaseLost):
 				r.lost.Store(true)

@@ -124,7 +124,7 @@ func (st *procStream) complete() {
 		return
 	}
 	resp := idempotency.Response{Status: c.status, Headers: idempotency.ReplayHeaders(c.headers, st.id.ReplayHeader), Body: c.body}
-	err := st.s.gate.store.Complete(st.ctx, *st.lease, resp)
+	err := st.s.gate.complete(st.ctx, *st.lease, resp)
 	switch {
 	case err == nil:
 		st.s.gate.events.Count(apiExtProc, idempotency.EventStored)
@@ -145,7 +145,7 @@ func (st *procStream) release(ev idempotency.Event) {
 	if ev == idempotency.EventTooLarge {
 		st.s.gate.events.Count(apiExtProc, ev)
 	}
-	if err := st.s.gate.store.Release(st.ctx, *st.lease); err != nil {
+	if err := st.s.gate.release(st.ctx, *st.lease); err != nil {
 		st.count(err)
 		return
 	}

@@ -126,7 +126,7 @@ func (st *procStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRe
 		return continueRequestBody()
 	}
 	p.body = append(p.body, b.GetBody()...)
-	if len(p.body) > st.s.maxReqBody {
+	if len(p.body) > st.s.opts.maxReqBody {
 		st.pending = nil
 		st.s.gate.events.Count(apiExtProc, idempotency.EventBodyTooBig)
 		return immediate(problemBodyTooLarge(), "extauthz_idempotency_body")

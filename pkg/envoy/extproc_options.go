@@ -1,0 +1,94 @@
+package envoy
+
+import (
+	"context"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
+)
+
+// IdempotencyOption configures NewAuthz and NewExtProc.
+type IdempotencyOption func(*idemOptions)
+
+type idemOptions struct {
+	storeTimeout time.Duration
+	maxReqBody   int
+	ticker       func(time.Duration) (<-chan time.Time, func())
+}
+
+// Defaults of the options.
+const (
+	// DefaultStoreTimeout bounds one idempotency store call: well below
+	// Envoy's ext_authz timeout (250ms in envoy/) and ext_proc
+	// message_timeout (500ms), so that a dead Redis is answered by the
+	// route's failure mode instead of by Envoy's status_on_error.
+	DefaultStoreTimeout = 100 * time.Millisecond
+	// DefaultMaxRequestBody bounds the request body ext_proc buffers for a
+	// fingerprint (Envoy's own buffer limit is normally far lower).
+	DefaultMaxRequestBody = 16 << 20
+)
+
+func newIdemOptions(opts []IdempotencyOption) idemOptions {
+	o := idemOptions{storeTimeout: DefaultStoreTimeout, maxReqBody: DefaultMaxRequestBody, ticker: realTicker}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+func realTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// WithStoreTimeout bounds each idempotency store call (default
+// DefaultStoreTimeout). A call that times out counts as a store failure.
+func WithStoreTimeout(d time.Duration) IdempotencyOption {
+	return func(o *idemOptions) {
+		if d > 0 {
+			o.storeTimeout = d
+		}
+	}
+}
+
+// WithMaxRequestBody bounds the request body ext_proc buffers for the
+// fingerprint in wiring (a); a larger one is answered 413.
+func WithMaxRequestBody(n int) IdempotencyOption {
+	return func(o *idemOptions) {
+		if n > 0 {
+			o.maxReqBody = n
+		}
+	}
+}
+
+// WithRenewTicker replaces the ticker that paces ext_proc's lease renewals
+// (every lease TTL / 3); tests drive renewals by hand with it. f returns
+// the tick channel and a stop function.
+func WithRenewTicker(f func(time.Duration) (<-chan time.Time, func())) IdempotencyOption {
+	return func(o *idemOptions) {
+		if f != nil {
+			o.ticker = f
+		}
+	}
+}
+
+// complete, release and renew are the store's writes under the timeout.
+func (g *gate) complete(ctx context.Context, l idempotency.Lease, r idempotency.Response) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return g.store.Complete(ctx, l, r)
+}
+
+func (g *gate) release(ctx context.Context, l idempotency.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return g.store.Release(ctx, l)
+}
+
+func (g *gate) renew(ctx context.Context, l idempotency.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return g.store.Renew(ctx, l)
+}
