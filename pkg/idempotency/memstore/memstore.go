@@ -16,14 +16,15 @@ type Config struct {
 	// Now returns the current time; default time.Now. Tests inject a clock.
 	Now func() time.Time
 	// MaxBodyBytes caps a stored body (Complete answers ErrTooLarge
-	// above it); default 1 MiB, negative means no cap.
+	// above it): a backstop, the routes' max_body_bytes is the operative
+	// cap. Default 16 MiB; negative means no cap.
 	MaxBodyBytes int64
 	// SweepEvery is how often expired records are purged; default 1 minute.
 	SweepEvery time.Duration
 }
 
 // DefaultMaxBodyBytes is the body cap when Config.MaxBodyBytes is 0.
-const DefaultMaxBodyBytes = 1 << 20
+const DefaultMaxBodyBytes = 16 << 20
 
 type state int
 

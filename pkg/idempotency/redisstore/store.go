@@ -28,7 +28,7 @@ import (
 // Defaults for Options.
 const (
 	DefaultPrefix        = "xa"
-	DefaultMaxBodyBytes  = 1 << 20
+	DefaultMaxBodyBytes  = 16 << 20
 	DefaultCompressAbove = 1 << 10
 )
 
@@ -37,7 +37,9 @@ type Options struct {
 	// Prefix starts every key; default "xa". It must not contain '{' or '}'.
 	Prefix string
 	// MaxBodyBytes caps a stored body (Complete answers ErrTooLarge above
-	// it); default 1 MiB, negative means no cap.
+	// it): a backstop that keeps Redis values bounded, the routes'
+	// max_body_bytes is the operative cap. Default 16 MiB; negative means
+	// no cap.
 	MaxBodyBytes int64
 	// CompressAbove gzips bodies of at least this many bytes when that
 	// makes them smaller; default 1 KiB, negative never compresses.
