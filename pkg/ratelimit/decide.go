@@ -58,22 +58,24 @@ func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
 	if s.Expires <= now {
 		s = State{}
 	}
+	// The deciders replace s by the next state when they admit; passing
+	// pointers to these locals saves copying 64-byte States around.
 	var res Result
 	switch l.Algorithm {
 	case SlidingLog:
-		res, s = slidingLog(l, now, s, hits)
+		res = slidingLog(&l, now, &s, hits)
 	case SlidingWindow:
-		res, s = slidingWindow(l, now, s, hits)
+		res = slidingWindow(&l, now, &s, hits)
 	case FixedWindow:
-		res, s = fixedWindow(l, now, s, hits)
+		res = fixedWindow(&l, now, &s, hits)
 	default:
-		res, s = gcra(l, now, s, hits)
+		res = gcra(&l, now, &s, hits)
 	}
 	return res, s, nil
 }
 
 // periodMicros returns l.Period in microseconds (Validate ensures >= 1000).
-func periodMicros(l Limit) int64 { return l.Period.Microseconds() }
+func periodMicros(l *Limit) int64 { return l.Period.Microseconds() }
 
 // micros converts a span of microseconds to a Duration, saturating instead
 // of overflowing (a Duration holds about 292 years) and never negative.

@@ -5,7 +5,7 @@ package ratelimit
 // DVT = T*B the tolerance, hits are admitted when
 // now >= max(TAT, now) + hits*T - DVT; then TAT moves to that sum + DVT.
 // The state is one number and expires by itself at TAT.
-func gcra(l Limit, now int64, s State, hits int64) (Result, State) {
+func gcra(l *Limit, now int64, s *State, hits int64) Result {
 	r := l.Requests
 	b := l.Burst
 	if b == 0 {
@@ -25,11 +25,12 @@ func gcra(l Limit, now int64, s State, hits int64) (Result, State) {
 		// Go's division truncates towards zero where Lua floors: they differ
 		// only for negative quotients, which max clamps to 0 anyway.
 		res.Remaining = max((dvt-used)/t, 0)
-		return res, s
+		return res
 	}
 	used := newTat - now
 	res.Allowed = true
 	res.Remaining = (dvt - used) / t
 	res.ResetAfter = micros(used)
-	return res, State{TAT: newTat, Expires: newTat}
+	*s = State{TAT: newTat, Expires: newTat}
+	return res
 }

@@ -5,7 +5,7 @@ package ratelimit
 // the entries younger than P leave room for them: an exact rolling window.
 // Denied hits are not logged, so a client hammering a full log is unblocked
 // as soon as its oldest admitted hits age out.
-func slidingLog(l Limit, now int64, s State, hits int64) (Result, State) {
+func slidingLog(l *Limit, now int64, s *State, hits int64) Result {
 	p, r := periodMicros(l), l.Requests
 	log, n := trimLog(s.Log, s.Count, now-p)
 	res := Result{Limit: r}
@@ -18,7 +18,7 @@ func slidingLog(l Limit, now int64, s State, hits int64) (Result, State) {
 			// The entry whose expiry frees enough room, oldest first.
 			res.RetryAfter = micros(logAt(log, n+hits-r-1) + p - now)
 		}
-		return res, s
+		return res
 	}
 	if hits > 0 {
 		log = appendLog(log, LogRun{At: now, N: hits})
@@ -28,11 +28,11 @@ func slidingLog(l Limit, now int64, s State, hits int64) (Result, State) {
 	res.Remaining = r - n
 	reset := logReset(log, now, p)
 	res.ResetAfter = micros(reset)
-	next := State{Log: log, Count: n}
+	*s = State{Log: log, Count: n}
 	if len(log) > 0 {
-		next.Expires = now + reset
+		s.Expires = now + reset
 	}
-	return res, next
+	return res
 }
 
 // trimLog drops the runs at or before cut and returns the rest and their

@@ -11,7 +11,7 @@ import "math"
 // The float64 expressions are written in the same operation order as the Lua
 // script's, and every product is wrapped in an explicit float64 conversion so
 // the compiler cannot fuse it into an FMA: both sides round identically.
-func slidingWindow(l Limit, now int64, s State, hits int64) (Result, State) {
+func slidingWindow(l *Limit, now int64, s *State, hits int64) Result {
 	p, r := periodMicros(l), l.Requests
 	now, w := windowOf(now, p, s)
 	var cur, prev int64
@@ -29,13 +29,14 @@ func slidingWindow(l Limit, now int64, s State, hits int64) (Result, State) {
 		res.Remaining = max(r-est, 0)
 		res.RetryAfter = micros(slidingWindowRetry(p, r, elapsed, cur, prev, hits))
 		res.ResetAfter = micros(slidingWindowReset(p, elapsed, cur, prev))
-		return res, s
+		return res
 	}
 	cur += hits
 	res.Allowed = true
 	res.Remaining = r - est - hits
 	res.ResetAfter = micros(slidingWindowReset(p, elapsed, cur, prev))
-	return res, State{Window: w, Count: cur, Prev: prev, Expires: (w + 2) * p}
+	*s = State{Window: w, Count: cur, Prev: prev, Expires: (w + 2) * p}
+	return res
 }
 
 // slidingWindowRetry is the time until hits, denied now, would be admitted if
