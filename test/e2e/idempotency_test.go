@@ -41,6 +41,7 @@ var idempotencyScenarios = func() []scenario {
 			scenario{w.name + "/upstream_500_retry_executes", func(t *testing.T, s *stack) { testUpstream500(t, s, w) }},
 			scenario{w.name + "/upstream_timeout_locks_until_lease_ttl", func(t *testing.T, s *stack) { testUpstreamTimeout(t, s, w) }},
 			scenario{w.name + "/tenant_isolation", func(t *testing.T, s *stack) { testTenantIsolation(t, s, w) }},
+			scenario{w.name + "/upstream_reset_keeps_lease", func(t *testing.T, s *stack) { testUpstreamReset(t, s, w) }},
 		)
 	}
 	return append(out, scenario{wiringA.name + "/binary_body_replayed_byte_for_byte", testBinaryReplay})
@@ -214,6 +215,24 @@ func testUpstreamTimeout(t *testing.T, s *stack, w wiring) {
 	}
 	if n := s.up.Executions(tenant, key); n != 2 {
 		t.Errorf("upstream executed %d times, want 2", n)
+	}
+}
+
+// An upstream that resets the connection, before its reply or in the
+// middle of the body, may have done the work: the key stays locked (409).
+func testUpstreamReset(t *testing.T, s *stack, w wiring) {
+	for _, when := range []string{"before", "mid-body"} {
+		tenant, key := uniq("ti"), uniq("key")
+		r, err := s.try(post(w, tenant, key, `{}`, upstream.HeaderReset, when))
+		if err == nil && r.status < 500 {
+			t.Fatalf("reset %s: got %s, want an error or a 5xx", when, r)
+		}
+		if r := s.do(t, post(w, tenant, key, `{}`)); r.status != http.StatusConflict {
+			t.Errorf("retry after a reset %s: got %s, want 409 (key locked)", when, r)
+		}
+		if n := s.up.Executions(tenant, key); n != 1 {
+			t.Errorf("reset %s: upstream executed %d times, want 1", when, n)
+		}
 	}
 }
 
