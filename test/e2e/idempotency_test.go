@@ -42,9 +42,10 @@ var idempotencyScenarios = func() []scenario {
 			scenario{w.name + "/upstream_timeout_locks_until_lease_ttl", func(t *testing.T, s *stack) { testUpstreamTimeout(t, s, w) }},
 			scenario{w.name + "/tenant_isolation", func(t *testing.T, s *stack) { testTenantIsolation(t, s, w) }},
 			scenario{w.name + "/upstream_reset_keeps_lease", func(t *testing.T, s *stack) { testUpstreamReset(t, s, w) }},
+			scenario{w.name + "/binary_body_replayed_byte_for_byte", func(t *testing.T, s *stack) { testBinaryReplay(t, s, w) }},
 		)
 	}
-	return append(out, scenario{wiringA.name + "/binary_body_replayed_byte_for_byte", testBinaryReplay})
+	return out
 }()
 
 // post is an idempotent POST of body with tenant and key ("" omits the key),
@@ -251,11 +252,13 @@ func testTenantIsolation(t *testing.T, s *stack, w wiring) {
 	wantReplayOf(t, ra, s.do(t, post(w, a, key, `{}`, upstream.HeaderStatus, "201")))
 }
 
-// Wiring (a) replays a binary (non-UTF-8) body byte for byte: ext_proc's
-// ImmediateResponse body is bytes, unlike ext_authz's string.
-func testBinaryReplay(t *testing.T, s *stack) {
+// A binary (non-UTF-8) body is replayed byte for byte. ext_proc answers
+// it (ImmediateResponse's body is bytes): in wiring (a) on the request body,
+// in wiring (b) on the request headers, handed over by ext_authz, whose own
+// reply body is a proto string and cannot carry it.
+func testBinaryReplay(t *testing.T, s *stack, w wiring) {
 	tenant, key := uniq("ti"), uniq("bin")
-	r := post(wiringA, tenant, key, "\x00\xff binary request \xfe", upstream.HeaderStatus, "201", upstream.HeaderBody, "binary")
+	r := post(w, tenant, key, "\x00\xff binary request \xfe", upstream.HeaderStatus, "201", upstream.HeaderBody, "binary")
 	first := s.do(t, r)
 	if first.status != http.StatusCreated || !bytes.HasPrefix(first.body, upstream.BinaryBody("")) {
 		t.Fatalf("first: got %s, want 201 with the binary body", first)
