@@ -49,29 +49,43 @@ type LogRun struct {
 // negative. The semantics are those of docs/algorithms.md, shared with the
 // Redis store's scripts.
 func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
+	res, err := s.decide(&l, now, hits)
+	return res, s, err
+}
+
+// Apply is Decide for a store holding the state of a single-limit request:
+// when the hits are admitted and hits > 0, *s becomes the next state in
+// place; otherwise *s decides as before (an expired state may be reset to
+// the empty one). It saves copying States in and out on the hot path.
+func (s *State) Apply(l Limit, now int64, hits int64) (Result, error) {
+	if hits == 0 { // a check writes nothing, not even an equivalent state
+		c := *s
+		return c.decide(&l, now, hits)
+	}
+	return s.decide(&l, now, hits)
+}
+
+// decide validates, then runs l's algorithm, which replaces *s by the next
+// state when it admits and leaves it alone when it denies.
+func (s *State) decide(l *Limit, now int64, hits int64) (Result, error) {
 	if err := l.Validate(); err != nil {
-		return Result{}, s, err
+		return Result{}, err
 	}
 	if hits < 0 {
-		return Result{}, s, fmt.Errorf("%w: %d is negative", ErrInvalidHits, hits)
+		return Result{}, fmt.Errorf("%w: %d is negative", ErrInvalidHits, hits)
 	}
 	if s.Expires <= now {
-		s = State{}
+		*s = State{}
 	}
-	// The deciders replace s by the next state when they admit; passing
-	// pointers to these locals saves copying 64-byte States around.
-	var res Result
 	switch l.Algorithm {
 	case SlidingLog:
-		res = slidingLog(&l, now, &s, hits)
+		return slidingLog(l, now, s, hits), nil
 	case SlidingWindow:
-		res = slidingWindow(&l, now, &s, hits)
+		return slidingWindow(l, now, s, hits), nil
 	case FixedWindow:
-		res = fixedWindow(&l, now, &s, hits)
-	default:
-		res = gcra(&l, now, &s, hits)
+		return fixedWindow(l, now, s, hits), nil
 	}
-	return res, s, nil
+	return gcra(l, now, s, hits), nil
 }
 
 // periodMicros returns l.Period in microseconds (Validate ensures >= 1000).

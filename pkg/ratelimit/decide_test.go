@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -180,5 +182,40 @@ func TestMicrosSaturates(t *testing.T) {
 	}
 	if got := floorDiv(-1, 1000); got != -1 {
 		t.Errorf("floorDiv(-1, 1000) = %d, want -1", got)
+	}
+}
+
+// TestApplyMatchesDecide: Apply in place gives the Results and states that
+// Decide plus "store when admitted with hits > 0" gives.
+func TestApplyMatchesDecide(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, a := range Algorithms {
+		l := Limit{Algorithm: a, Requests: 6, Period: 250 * ms, Burst: 4}
+		var viaDecide, viaApply State
+		now := t0
+		for i := range 3000 {
+			now += rng.Int64N(60_000)
+			hits := rng.Int64N(4)
+			want, next, err := Decide(l, now, viaDecide, hits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want.Allowed && hits > 0 {
+				viaDecide = next
+			}
+			before := viaApply
+			got, err := viaApply.Apply(l, now, hits)
+			if err != nil || got != want {
+				t.Fatalf("%s step %d: Apply %+v, %v; Decide %+v", a, i, got, err, want)
+			}
+			if (!got.Allowed || hits == 0) && before.Expires > now && !reflect.DeepEqual(before, viaApply) {
+				t.Fatalf("%s step %d: Apply wrote without charging: %+v -> %+v", a, i, before, viaApply)
+			}
+		}
+	}
+	var s State
+	if _, err := s.Apply(Limit{}, t0, 1); !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("Apply with a zero Limit: %v", err)
 	}
 }

@@ -143,21 +143,19 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 		return ratelimit.Result{}, ratelimit.ErrClosed
 	}
 	now = sh.monotonic(now)
-	e := sh.find(h, id)
-	var cur ratelimit.State
-	if e != nil {
-		cur = e.st
-	}
-	res, next, err := ratelimit.Decide(limit, now, cur, hits)
-	if err != nil || !res.Allowed || hits == 0 {
+	if e := sh.find(h, id); e != nil {
+		res, err := e.st.Apply(limit, now, hits)
+		if err == nil && res.Allowed && hits > 0 {
+			sh.ring[e.pos].expires = e.st.Expires
+		}
 		return res, err
 	}
-	if e != nil {
-		sh.set(e, next)
-	} else {
-		sh.insert(h, id, next, now)
+	var st ratelimit.State
+	res, err := st.Apply(limit, now, hits)
+	if err == nil && res.Allowed && hits > 0 {
+		sh.insert(h, id, st, now)
 	}
-	return res, nil
+	return res, err
 }
 
 // AllowBatch decides each request in order: the limits of one request all
