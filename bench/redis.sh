@@ -157,6 +157,23 @@ for keys in 1 10000; do
 done
 
 echo
+echo "Calibration on the same Redis (-c 16): the floor of any script and of a plain command."
+echo
+echo "| command | -P | requests/s | p50 |"
+echo "|---|---|---|---|"
+minimal="local t = redis.call('GET', KEYS[1]); redis.call('SET', KEYS[1], '1700006400000000', 'PX', '1000'); return {1, 2, 3}"
+for pipe in 1 16; do
+	n=$((pipe == 1 ? 200000 : 1000000))
+	for cmd in INCR EVAL; do
+		if [ "$cmd" = INCR ]; then args=(INCR 'cal{x}'); label='INCR'; else args=(EVAL "$minimal" 1 'cal{x}'); label='EVAL of GET + SET PX (minimal script)'; fi
+		line=$(redis-benchmark -p "$rport" -q -n "$n" -c 16 -P "$pipe" "${args[@]}" | tr '\r' '\n' | grep -a 'requests per second' | tail -1)
+		rps=$(sed -E 's/.*: ([0-9.]+) requests per second.*/\1/' <<<"$line")
+		p50=$(sed -nE 's/.*p50=([0-9.]+) msec.*/\1/p' <<<"$line")
+		echo "| $label | $pipe | ${rps%.*} | ${p50:-?} ms |"
+	done
+done
+
+echo
 echo "### Redis memory per key (MEMORY USAGE key SAMPLES 0), at steady state"
 echo
 rcli flushall >/dev/null
