@@ -59,7 +59,7 @@ func TestRedisDownFailOpen(t *testing.T) {
 	settle(t, s)
 
 	tenant := uniq("open")
-	ok := 0
+	ok, failOpens := 0, s.rlsFailOpens(t)
 	for i := 0; i < 30; i++ {
 		r := s.do(t, tenantGet("/things", tenant))
 		switch r.status {
@@ -70,8 +70,16 @@ func TestRedisDownFailOpen(t *testing.T) {
 			t.Fatalf("request %d with Redis down: got %s, want 200 or 429", i, r)
 		}
 	}
-	if ok < 10 || ok > 20 {
-		t.Errorf("admitted %d of 30 with Redis down, want 10..20 (the fallback's budget per replica)", ok)
+	// While Redis is down, extauthz's breaker now and then lets one call
+	// probe Redis; when that call outlives Envoy's 100ms, Envoy fails open
+	// and admits the request uncounted. Those are Envoy's decisions, counted
+	// in its stats, not the fallback's: allow exactly them on top.
+	extra := s.rlsFailOpens(t) - failOpens
+	if ok < 10 || ok > 20+extra {
+		t.Errorf("admitted %d of 30 with Redis down, want 10..%d (the fallback's budget per replica, plus %d Envoy fail-opens)", ok, 20+extra, extra)
+	}
+	if extra > 0 {
+		t.Logf("%d RLS calls timed out in Envoy and failed open (extauthz probing Redis)", extra)
 	}
 	key := uniq("k")
 	if r := s.do(t, post(wiringB, tenant, key, `{}`)); r.status != http.StatusOK {
@@ -96,7 +104,14 @@ func TestRedisDownFailClosed(t *testing.T) {
 	settle(t, s)
 	tenant := uniq("closed")
 	for i := 0; i < 5; i++ {
-		if r := s.do(t, tenantGet("/things", tenant)); r.status != http.StatusTooManyRequests {
+		before := s.rlsFailOpens(t)
+		r := s.do(t, tenantGet("/things", tenant))
+		if r.status == http.StatusOK && s.rlsFailOpens(t) > before {
+			// Envoy's timeout, not extauthz's answer (see TestRedisDownFailOpen).
+			t.Logf("request %d: Envoy failed open (extauthz probing Redis)", i)
+			continue
+		}
+		if r.status != http.StatusTooManyRequests {
 			t.Fatalf("request %d with Redis down: got %s, want 429", i, r)
 		}
 	}
@@ -105,6 +120,13 @@ func TestRedisDownFailClosed(t *testing.T) {
 	}
 	s.redis.Start()
 	waitShared(t, s)
+}
+
+// rlsFailOpens is how many RLS calls Envoy let through after an error or a
+// timeout (the ratelimit filter's failure_mode_allowed counter).
+func (s *stack) rlsFailOpens(t *testing.T) int {
+	t.Helper()
+	return s.envoyStat(t, "cluster.upstream.ratelimit.failure_mode_allowed")
 }
 
 // settle waits until extauthz noticed that Redis is gone: until then each
