@@ -49,8 +49,11 @@ const (
 // itself, so a Redis that is down at start-up is not an error here.
 //
 // Retries are off: a script whose reply was lost may already have charged
-// its hits, and re-sending it would charge them twice. A failed call is the
-// caller's to handle (see package failover).
+// its hits, and re-sending it would charge them twice (the store's commands
+// also opt out one by one). Dialing is tried once instead of go-redis's five
+// attempts 100 ms apart, which would hold every call for half a second while
+// Redis is down. A failed call is the caller's to handle (see package
+// failover).
 func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 	tlsConf, err := o.tlsConfig()
 	if err != nil {
@@ -61,7 +64,7 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: URL: %w", ErrClientConfig, err)
 		}
-		opts.PoolSize, opts.MaxRetries = o.PoolSize, -1
+		opts.PoolSize, opts.MaxRetries, opts.DialerRetries = o.PoolSize, -1, 1
 		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.timeouts()
 		opts.ContextTimeoutEnabled = true
 		opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)
@@ -71,7 +74,7 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: URL: %w", ErrClientConfig, err)
 	}
-	opts.PoolSize, opts.MaxRetries = o.PoolSize, -1
+	opts.PoolSize, opts.MaxRetries, opts.DialerRetries = o.PoolSize, -1, 1
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.timeouts()
 	opts.ContextTimeoutEnabled = true
 	opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)

@@ -1,0 +1,70 @@
+package redisstore
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestNewClientOptions(t *testing.T) {
+	t.Parallel()
+	c, err := NewClient(ClientOptions{URL: "redis://user:pw@127.0.0.1:7000/2", PoolSize: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		t.Fatalf("standalone URL gave %T", c)
+	}
+	o := rc.Options()
+	if o.PoolSize != 7 || o.DB != 2 || o.Password != "pw" || o.ReadTimeout != DefaultReadTimeout ||
+		o.WriteTimeout != DefaultWriteTimeout || o.DialTimeout != DefaultDialTimeout || o.MaxRetries > 0 || o.DialerRetries != 1 || !o.ContextTimeoutEnabled {
+		t.Fatalf("options %+v", o)
+	}
+
+	cc, err := NewClient(ClientOptions{URL: "redis://127.0.0.1:7000?addr=127.0.0.1:7001", Cluster: true, ReadTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cco := cc.(*redis.ClusterClient).Options()
+	if len(cco.Addrs) != 2 || cco.ReadTimeout != 20*time.Millisecond || cco.MaxRetries > 0 || cco.DialerRetries != 1 {
+		t.Fatalf("cluster options %+v", cco)
+	}
+}
+
+func TestNewClientTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.pem")
+	if err := os.WriteFile(empty, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := []ClientOptions{
+		{URL: "redis://h:1", TLSInsecureSkipVerify: true},
+		{URL: "redis://h:1", TLSCAFile: empty},
+		{URL: "rediss://h:1", TLSCAFile: filepath.Join(dir, "missing.pem")},
+		{URL: "rediss://h:1", TLSCAFile: empty},
+		{URL: "http://h:1"},
+		{URL: ""},
+	}
+	for _, o := range bad {
+		if _, err := NewClient(o); !errors.Is(err, ErrClientConfig) {
+			t.Errorf("NewClient(%+v) = %v, want ErrClientConfig", o, err)
+		}
+	}
+	c, err := NewClient(ClientOptions{URL: "rediss://redis.example:6380", TLSInsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc := c.(*redis.Client).Options().TLSConfig
+	if tc == nil || !tc.InsecureSkipVerify || tc.ServerName != "redis.example" {
+		t.Fatalf("TLS config %+v", tc)
+	}
+}
