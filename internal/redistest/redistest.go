@@ -11,6 +11,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -44,6 +45,9 @@ type Server struct {
 	port  int
 	extra []string
 
+	// tlsFiles, when set, serve TLS only (see StandaloneTLS).
+	tlsFiles *tlsFiles
+
 	mu   sync.Mutex
 	proc *exec.Cmd
 	done chan struct{}
@@ -63,6 +67,11 @@ func Standalone(tb testing.TB) *Server {
 // the port in between.
 func newServer(tb testing.TB, bin string, extra []string) *Server {
 	tb.Helper()
+	return newServerTLS(tb, bin, extra, nil)
+}
+
+func newServerTLS(tb testing.TB, bin string, extra []string, tf *tlsFiles) *Server {
+	tb.Helper()
 	dir := tb.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -73,9 +82,12 @@ func newServer(tb testing.TB, bin string, extra []string) *Server {
 		}
 		s := &Server{
 			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			tb:   tb, bin: bin, dir: dir, port: port, extra: extra,
+			tb:   tb, bin: bin, dir: dir, port: port, extra: extra, tlsFiles: tf,
 		}
 		s.URL = "redis://" + s.Addr
+		if tf != nil {
+			s.URL = "rediss://" + s.Addr
+		}
 		if lastErr = s.start(); lastErr == nil {
 			return s
 		}
@@ -123,7 +135,7 @@ func (s *Server) signal(sig os.Signal) {
 
 // Client returns a new client of this server, closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tlsFiles.clientConfig()})
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -135,15 +147,15 @@ func (s *Server) start() error {
 		return nil
 	}
 	logFile := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.port))
-	args := append([]string{
-		"--port", strconv.Itoa(s.port),
+	args := append(s.tlsFiles.portArgs(s.port), []string{
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
 		"--save", "",
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--logfile", logFile,
-	}, s.extra...)
+	}...)
+	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
@@ -151,7 +163,7 @@ func (s *Server) start() error {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	if err := waitPing(s.Addr, done); err != nil {
+	if err := waitPing(s.Addr, s.tlsFiles.clientConfig(), done); err != nil {
 		stopProcess(cmd, done)
 		return fmt.Errorf("%w; log: %s", err, tail(logFile))
 	}
@@ -160,8 +172,8 @@ func (s *Server) start() error {
 }
 
 // waitPing polls the server until it answers PING, it exits, or time runs out.
-func waitPing(addr string, exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+func waitPing(addr string, tlsConf *tls.Config, exited <-chan struct{}) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: tlsConf})
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
