@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -135,12 +136,12 @@ func subSat(a, b int64) int64 {
 }
 
 // mulSat multiplies non-negative a and b, saturating at math.MaxInt64.
+// bits.Mul64 detects overflow without a division, which costs more than the
+// rest of a GCRA decision.
 func mulSat(a, b int64) int64 {
-	if a == 0 || b == 0 {
-		return 0
-	}
-	if a > math.MaxInt64/b {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
 		return math.MaxInt64
 	}
-	return a * b
+	return int64(lo)
 }

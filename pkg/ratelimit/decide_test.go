@@ -219,3 +219,29 @@ func TestApplyMatchesDecide(t *testing.T) {
 		t.Errorf("Apply with a zero Limit: %v", err)
 	}
 }
+
+func TestSaturatingArithmetic(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ a, b, mul, add int64 }{
+		{0, 5, 0, 5},
+		{3, 7, 21, 10},
+		{math.MaxInt64, 1, math.MaxInt64, math.MaxInt64},
+		{math.MaxInt64, 2, math.MaxInt64, math.MaxInt64},
+		{1 << 32, 1 << 30, 1 << 62, 1<<32 + 1<<30},
+		{1 << 32, 1 << 31, math.MaxInt64, 1<<32 + 1<<31}, // exactly 2^63
+		{1 << 32, 1 << 32, math.MaxInt64, 1<<32 + 1<<32},
+	} {
+		if got := mulSat(c.a, c.b); got != c.mul {
+			t.Errorf("mulSat(%d, %d) = %d, want %d", c.a, c.b, got, c.mul)
+		}
+		if got := addSat(c.a, c.b); got != c.add {
+			t.Errorf("addSat(%d, %d) = %d, want %d", c.a, c.b, got, c.add)
+		}
+	}
+	if got := subSat(math.MinInt64+1, 5); got != math.MinInt64 {
+		t.Errorf("subSat underflow = %d", got)
+	}
+	if got := subSat(0, math.MinInt64); got != math.MaxInt64 {
+		t.Errorf("subSat(0, MinInt64) = %d", got)
+	}
+}
