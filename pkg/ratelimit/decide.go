@@ -50,7 +50,7 @@ type LogRun struct {
 // negative. The semantics are those of docs/algorithms.md, shared with the
 // Redis store's scripts.
 func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
-	res, err := s.decide(&l, now, hits)
+	res, err := s.Apply(l, now, hits)
 	return res, s, err
 }
 
@@ -59,34 +59,31 @@ func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
 // place; otherwise *s decides as before (an expired state may be reset to
 // the empty one). It saves copying States in and out on the hot path.
 func (s *State) Apply(l Limit, now int64, hits int64) (Result, error) {
-	if hits == 0 { // a check writes nothing, not even an equivalent state
-		c := *s
-		return c.decide(&l, now, hits)
-	}
-	return s.decide(&l, now, hits)
-}
-
-// decide validates, then runs l's algorithm, which replaces *s by the next
-// state when it admits and leaves it alone when it denies.
-func (s *State) decide(l *Limit, now int64, hits int64) (Result, error) {
 	if err := l.Validate(); err != nil {
 		return Result{}, err
 	}
 	if hits < 0 {
 		return Result{}, fmt.Errorf("%w: %d is negative", ErrInvalidHits, hits)
 	}
+	var check State
+	if hits == 0 { // a check writes nothing, not even an equivalent state
+		check = *s
+		s = &check
+	}
 	if s.Expires <= now {
 		*s = State{}
 	}
+	// Each algorithm replaces *s by the next state when it admits and
+	// leaves it alone when it denies.
 	switch l.Algorithm {
 	case SlidingLog:
-		return slidingLog(l, now, s, hits), nil
+		return slidingLog(&l, now, s, hits), nil
 	case SlidingWindow:
-		return slidingWindow(l, now, s, hits), nil
+		return slidingWindow(&l, now, s, hits), nil
 	case FixedWindow:
-		return fixedWindow(l, now, s, hits), nil
+		return fixedWindow(&l, now, s, hits), nil
 	}
-	return gcra(l, now, s, hits), nil
+	return gcra(&l, now, s, hits), nil
 }
 
 // periodMicros returns l.Period in microseconds (Validate ensures >= 1000).
