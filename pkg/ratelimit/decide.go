@@ -54,10 +54,11 @@ func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
 	return res, s, err
 }
 
-// Apply is Decide for a store holding the state of a single-limit request:
-// when the hits are admitted and hits > 0, *s becomes the next state in
-// place; otherwise *s decides as before (an expired state may be reset to
-// the empty one). It saves copying States in and out on the hot path.
+// Apply is Decide in place, for a store holding the state of a
+// single-limit request: when the hits are admitted and hits > 0, *s becomes
+// the next state. Otherwise *s keeps deciding as before: hits == 0 leaves it
+// untouched, and a denial may only reset an expired *s to the empty State.
+// It saves copying States in and out on the hot path.
 func (s *State) Apply(l Limit, now int64, hits int64) (Result, error) {
 	if err := l.Validate(); err != nil {
 		return Result{}, err
