@@ -39,6 +39,10 @@ type Config struct {
 	RedisReadTimeout time.Duration `envconfig:"REDIS_READ_TIMEOUT" default:"50ms"`
 	// RedisWriteTimeout bounds one Redis write.
 	RedisWriteTimeout time.Duration `envconfig:"REDIS_WRITE_TIMEOUT" default:"50ms"`
+	// RedisCallTimeout bounds one rate-limit decision's Redis call (a whole
+	// pipeline); past it the failure mode answers. Keep it below Envoy's
+	// ratelimit filter timeout so that the service, not Envoy, decides.
+	RedisCallTimeout time.Duration `envconfig:"REDIS_CALL_TIMEOUT" default:"50ms"`
 	// RedisTLSInsecureSkipVerify skips server certificate checks (rediss:// only; testing).
 	RedisTLSInsecureSkipVerify bool `envconfig:"REDIS_TLS_INSECURE_SKIP_VERIFY" default:"false"`
 	// RedisTLSCAFile is a PEM bundle used to verify the Redis server (rediss://).
@@ -80,6 +84,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	if c.RedisCallTimeout < 0 {
+		bad("REDIS_CALL_TIMEOUT", "must not be negative, got %s", c.RedisCallTimeout)
 	}
 	if c.MemoryMaxKeys < 0 {
 		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)

@@ -63,7 +63,10 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 			return nil, fmt.Errorf("fallback memory store: %w", err)
 		}
 	}
-	fs, err := failover.New(rs, failover.Options{Mode: mode, Fallback: fallback, Registerer: deps.Registerer, Now: deps.Now})
+	fs, err := failover.New(rs, failover.Options{
+		Mode: mode, Fallback: fallback, Registerer: deps.Registerer, Now: deps.Now,
+		CallTimeout: cfg.RedisCallTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}

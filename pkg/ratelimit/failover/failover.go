@@ -67,6 +67,11 @@ type Options struct {
 	CoolDown time.Duration
 	// DeniedRetryAfter is the RetryAfter of Closed-mode denials; default 1s.
 	DeniedRetryAfter time.Duration
+	// CallTimeout bounds each call to the primary; 0 means only the
+	// caller's deadline. Without it a primary that hangs (a dead Redis
+	// whose pool waits for connections) holds every call until Envoy's own
+	// timeout, and Envoy, not the failure mode, decides.
+	CallTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -84,6 +89,7 @@ type Store struct {
 	fallback ratelimit.Store
 	mode     Mode
 	retry    time.Duration
+	timeout  time.Duration
 	now      func() time.Time
 	br       *breaker
 	m        metrics
@@ -107,6 +113,7 @@ func New(primary ratelimit.Store, opts Options) (*Store, error) {
 		fallback: opts.Fallback,
 		mode:     opts.Mode,
 		retry:    opts.DeniedRetryAfter,
+		timeout:  opts.CallTimeout,
 		now:      opts.Now,
 		br:       &breaker{threshold: opts.FailureThreshold, coolDown: opts.CoolDown},
 		m:        m,
@@ -125,7 +132,7 @@ func withDefaults(primary ratelimit.Store, o Options) (Options, error) {
 		return o, fmt.Errorf("%w: nil Registerer", ErrInvalidOptions)
 	case o.Mode == Open && o.Fallback == nil:
 		return o, fmt.Errorf("%w: Open mode needs a Fallback store", ErrInvalidOptions)
-	case o.FailureThreshold < 0 || o.CoolDown < 0 || o.DeniedRetryAfter < 0:
+	case o.FailureThreshold < 0 || o.CoolDown < 0 || o.DeniedRetryAfter < 0 || o.CallTimeout < 0:
 		return o, fmt.Errorf("%w: negative threshold or duration", ErrInvalidOptions)
 	}
 	if o.FailureThreshold == 0 {
@@ -158,7 +165,7 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 	if !s.br.acquire(s.now()) {
 		return s.degraded(ctx, reqs, reasonCircuitOpen)
 	}
-	d, err := s.primary.AllowBatch(ctx, reqs)
+	d, err := s.callPrimary(ctx, reqs)
 	switch {
 	case err == nil:
 		s.br.success()
@@ -173,6 +180,16 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 		s.m.circuitOpen.Set(1)
 	}
 	return s.degraded(ctx, reqs, reasonError)
+}
+
+// callPrimary asks the primary within CallTimeout (when set).
+func (s *Store) callPrimary(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	if s.timeout <= 0 {
+		return s.primary.AllowBatch(ctx, reqs)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.primary.AllowBatch(ctx, reqs)
 }
 
 // isCallerError reports errors that say nothing about the primary's health:
