@@ -28,6 +28,26 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_log}
 `
 
+// patient gives Redis calls room on a loaded test machine: these tests are
+// about sharing one budget, and a call that timed out would be decided by
+// the per-process fallback instead (noFallbacks checks none was).
+var patient = []string{
+	"EXTAUTHZ_REDIS_CALL_TIMEOUT=10s", "EXTAUTHZ_REDIS_READ_TIMEOUT=5s", "EXTAUTHZ_REDIS_WRITE_TIMEOUT=5s",
+}
+
+// noFallbacks fails the test if a process decided anything without Redis.
+func noFallbacks(t *testing.T, procs []*proc) {
+	t.Helper()
+	for _, p := range procs {
+		_, body := p.get(t, "/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "extauthz_redis_fallback_decisions_total{") && !strings.HasSuffix(line, " 0") {
+				t.Errorf("a process fell back to its in-process store: %s", line)
+			}
+		}
+	}
+}
+
 func writePolicy(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "policy.yaml")
@@ -41,9 +61,11 @@ func writePolicy(t *testing.T) string {
 // 200 concurrent ShouldRateLimit calls each on one user: exactly 100 OK.
 func TestTwoProcessesShareOneRedisLimit(t *testing.T) {
 	srv := redistest.Standalone(t)
-	env := []string{"EXTAUTHZ_CONFIG=" + writePolicy(t), "EXTAUTHZ_REDIS_URL=" + srv.URL}
+	env := append([]string{"EXTAUTHZ_CONFIG=" + writePolicy(t), "EXTAUTHZ_REDIS_URL=" + srv.URL}, patient...)
 	procs := []*proc{start(t, env...), start(t, env...)}
-	if ok := callConcurrently(t, procs, "alice", 200); ok != 100 {
+	ok := callConcurrently(t, procs, "alice", 200)
+	noFallbacks(t, procs)
+	if ok != 100 {
 		t.Fatalf("%d of 400 calls OK, want exactly 100", ok)
 	}
 	for _, p := range procs {
@@ -57,11 +79,13 @@ func TestTwoProcessesShareOneRedisLimit(t *testing.T) {
 // users whose keys land on every master.
 func TestTwoProcessesShareOneClusterLimit(t *testing.T) {
 	cl := redistest.NewCluster(t)
-	env := []string{"EXTAUTHZ_CONFIG=" + writePolicy(t), "EXTAUTHZ_REDIS_URL=" + cl.URL, "EXTAUTHZ_REDIS_CLUSTER=true"}
+	env := append([]string{"EXTAUTHZ_CONFIG=" + writePolicy(t), "EXTAUTHZ_REDIS_URL=" + cl.URL, "EXTAUTHZ_REDIS_CLUSTER=true"}, patient...)
 	procs := []*proc{start(t, env...), start(t, env...)}
 	for i := 0; i < 6; i++ {
 		user := "user" + strconv.Itoa(i)
-		if ok := callConcurrently(t, procs, user, 200); ok != 100 {
+		ok := callConcurrently(t, procs, user, 200)
+		noFallbacks(t, procs)
+		if ok != 100 {
 			t.Fatalf("%s: %d of 400 calls OK, want exactly 100", user, ok)
 		}
 	}
