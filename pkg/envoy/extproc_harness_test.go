@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/extauthz/extauthz/internal/testclock"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
@@ -105,7 +106,7 @@ func startIdem(t *testing.T, yaml string) *idemEnv {
 // startIdemStore is startIdem over a given store (nil: memory).
 func startIdemStore(t *testing.T, yaml string, store idempotency.Store) *idemEnv {
 	t.Helper()
-	e := &idemEnv{clock: &clock{now: t0}, reg: prometheus.NewRegistry(), ticks: make(chan time.Time)}
+	e := &idemEnv{clock: testclock.New(t0), reg: prometheus.NewRegistry(), ticks: make(chan time.Time)}
 	if store == nil {
 		store = memstore.New(memstore.Config{Now: e.clock.Now})
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/extauthz/extauthz/internal/testclock"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -23,22 +24,7 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 15, 0, time.UTC)
 
 // clock is a settable clock for the stores.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+type clock = testclock.Clock
 
 // recordingStore wraps a store and records every AllowBatch call; err,
 // when set, is returned instead of deciding.
@@ -99,7 +85,7 @@ func writePolicy(t testing.TB, yaml string) *policy.Policy {
 // listener, not bufconn) and returns a connected client.
 func startRLS(t *testing.T, policyYAML string, opts ...RLSOption) *env {
 	t.Helper()
-	e := &env{clock: &clock{now: t0}, reg: prometheus.NewRegistry(), policy: writePolicy(t, policyYAML)}
+	e := &env{clock: testclock.New(t0), reg: prometheus.NewRegistry(), policy: writePolicy(t, policyYAML)}
 	e.store = &recordingStore{Store: newTestStore(t, e.clock.Now)}
 	var err error
 	if e.metrics, err = NewMetrics(e.reg); err != nil {

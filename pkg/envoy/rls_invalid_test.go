@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/extauthz/extauthz/internal/testclock"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -229,7 +230,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	clk := &clock{now: t0}
+	clk := testclock.New(t0)
 	s, err := NewRLS(newTestStore(f, clk.Now), PolicyFunc(func() *policy.Policy { return p }), m)
 	if err != nil {
 		f.Fatal(err)

@@ -2,32 +2,17 @@ package memstore_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/extauthz/extauthz/internal/testclock"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/idempotency/storetest"
 )
 
 // clock is a manual clock for one store.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+type clock = testclock.Clock
 
 type clockedStore struct {
 	*memstore.Store
@@ -37,7 +22,7 @@ type clockedStore struct {
 func TestStore(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		New: func(*testing.T) idempotency.Store {
-			c := &clock{now: time.Unix(1_700_000_000, 0)}
+			c := testclock.New(time.Unix(1_700_000_000, 0))
 			return clockedStore{memstore.New(memstore.Config{Now: c.Now, MaxBodyBytes: 256 << 10}), c}
 		},
 		Expire: func(_ *testing.T, s idempotency.Store, _, _ string) {
@@ -51,7 +36,7 @@ func TestStore(t *testing.T) {
 // TestExpiryBoundaries pins the exact instants: a lease is held until, not
 // at, Begin + LeaseTTL; Renew moves that instant; a record lives RecordTTL.
 func TestExpiryBoundaries(t *testing.T) {
-	c := &clock{now: time.Unix(1_700_000_000, 0)}
+	c := testclock.New(time.Unix(1_700_000_000, 0))
 	s := memstore.New(memstore.Config{Now: c.Now})
 	ctx, fp := context.Background(), idempotency.NewFingerprint("POST", "/", nil, nil)
 	ttls := idempotency.TTLs{Lease: 30 * time.Second, Record: time.Hour}
