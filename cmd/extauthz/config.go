@@ -43,6 +43,10 @@ type Config struct {
 	// pipeline); past it the failure mode answers. Keep it below Envoy's
 	// ratelimit filter timeout so that the service, not Envoy, decides.
 	RedisCallTimeout time.Duration `envconfig:"REDIS_CALL_TIMEOUT" default:"50ms"`
+	// IdempotencyStoreTimeout bounds one Idempotency-Key store call (0: 100ms); past it
+	// the route's idempotency failure_mode answers. Keep it below Envoy's
+	// ext_authz timeout and ext_proc message_timeout.
+	IdempotencyStoreTimeout time.Duration `envconfig:"IDEMPOTENCY_STORE_TIMEOUT" default:"100ms"`
 	// RedisTLSInsecureSkipVerify skips server certificate checks (rediss:// only; testing).
 	RedisTLSInsecureSkipVerify bool `envconfig:"REDIS_TLS_INSECURE_SKIP_VERIFY" default:"false"`
 	// RedisTLSCAFile is a PEM bundle used to verify the Redis server (rediss://).
@@ -87,6 +91,9 @@ func (c Config) Validate() error {
 	}
 	if c.RedisCallTimeout < 0 {
 		bad("REDIS_CALL_TIMEOUT", "must not be negative, got %s", c.RedisCallTimeout)
+	}
+	if c.IdempotencyStoreTimeout < 0 {
+		bad("IDEMPOTENCY_STORE_TIMEOUT", "must not be negative, got %s", c.IdempotencyStoreTimeout)
 	}
 	if c.MemoryMaxKeys < 0 {
 		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)

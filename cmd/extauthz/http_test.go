@@ -73,9 +73,10 @@ func TestConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
-	bad := Config{LogLevel: "loud", FailureMode: "sometimes", MemoryMaxKeys: -1}
+	bad := Config{LogLevel: "loud", FailureMode: "sometimes", MemoryMaxKeys: -1, RedisCallTimeout: -1, IdempotencyStoreTimeout: -1}
 	err := bad.Validate()
-	for _, name := range []string{"GRPC_ADDR", "HTTP_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "FAILURE_MODE", "MEMORY_MAX_KEYS"} {
+	for _, name := range []string{"GRPC_ADDR", "HTTP_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "FAILURE_MODE", "MEMORY_MAX_KEYS",
+		"REDIS_CALL_TIMEOUT", "IDEMPOTENCY_STORE_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), "EXTAUTHZ_"+name) {
 			t.Errorf("Validate() = %v, want a problem with EXTAUTHZ_%s", err, name)
 		}

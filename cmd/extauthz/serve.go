@@ -116,8 +116,9 @@ func (l *serviceList) add(s grpcService, err error) {
 func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps) ([]grpcService, error) {
 	var l serviceList
 	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey)))
-	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events))
-	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events))
+	timeout := envoy.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
+	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, timeout))
+	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, timeout))
 	return l.services, l.err
 }
 
