@@ -21,6 +21,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("domain: a\ndescriptors:\n  - &m\n    key: k\n    <<: *m\n"))
 	f.Add([]byte("domain: a\n---\ndomain: b\n"))
 	f.Add([]byte("{"))
+	f.Add([]byte("http: {routes: [{name: r, path_prefix: /, hosts: ['*.example.com', 'a.b:8443', '[::1]']}]}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := loadFiles([]fileData{{name: "fuzz.yaml", data: data}})
 		if err != nil {
@@ -33,8 +34,10 @@ func FuzzLoad(f *testing.F) {
 			d.Match(entries("route", "/orders/1", "user", "u"))
 			d.Match(entries("", ""))
 		}
-		if r := p.HTTP.Route("POST", "/orders?x"); r != nil {
-			r.Idempotency.StoresStatus(201)
+		for _, host := range []string{"", "api.example.com:8443", "[::1]:80", "a.", ":"} {
+			if r := p.HTTP.Route(host, "POST", "/orders?x"); r != nil {
+				r.Idempotency.StoresStatus(201)
+			}
 		}
 		p.HTTP.IsExempt("/healthz", map[string]string{"x": "y"}, "p")
 	})
@@ -61,7 +64,7 @@ func TestExamplePolicy(t *testing.T) {
 			t.Errorf("descriptor %v matches no rule", e)
 		}
 	}
-	if r := p.HTTP.Route("POST", "/orders"); r == nil || r.Idempotency == nil || !r.Idempotency.KeyRequired {
+	if r := p.HTTP.Route("shop.example.com", "POST", "/orders"); r == nil || r.Idempotency == nil || !r.Idempotency.KeyRequired {
 		t.Error("POST /orders: want a route with a required Idempotency-Key")
 	}
 	if !p.HTTP.IsExempt("/healthz", nil, "") {

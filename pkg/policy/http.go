@@ -110,6 +110,8 @@ func (d *decoder) route(f field) *Route {
 			}
 		case "path_regex":
 			r.pathRegex = d.regex(kv)
+		case "hosts":
+			r.Hosts, r.hosts = d.hosts(kv)
 		case "methods":
 			r.Methods = d.methods(kv)
 		case "rate_limits":

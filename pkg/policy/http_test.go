@@ -100,18 +100,18 @@ func TestRouteMatching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got := ""
-		if r := h.Route(tt.method, tt.path); r != nil {
+		if r := h.Route("any.example.com", tt.method, tt.path); r != nil {
 			got = r.Name
 		}
 		if got != tt.want {
 			t.Errorf("Route(%s %s) = %q, want %q", tt.method, tt.path, got, tt.want)
 		}
 	}
-	if !h.Routes[0].Matches("POST", "/orders/1") || h.Routes[0].Matches("PATCH", "/orders/1") {
+	if !h.Routes[0].Matches("", "POST", "/orders/1") || h.Routes[0].Matches("", "PATCH", "/orders/1") {
 		t.Error("Route.Matches disagrees with the methods list")
 	}
 	var none *HTTP
-	if none.Route("GET", "/") != nil || none.IsExempt("/healthz", nil, "") {
+	if none.Route("", "GET", "/") != nil || none.IsExempt("/healthz", nil, "") {
 		t.Error("nil HTTP matched")
 	}
 }

@@ -142,6 +142,10 @@ type Exemptions struct {
 type Route struct {
 	// Name identifies the route in keys, metrics and logs.
 	Name string
+	// Hosts the route matches, lower-cased as configured (a leading "*."
+	// matches one or more labels; a port matches only that port); empty
+	// matches every host.
+	Hosts []string
 	// Methods the route matches; empty matches every method.
 	Methods []string
 	// Limits are the route's HTTP rate limits, per tenant; all must admit.
@@ -149,6 +153,7 @@ type Route struct {
 	// Idempotency is nil when the route does not use Idempotency-Key.
 	Idempotency *Idempotency
 
+	hosts      []hostPattern // Hosts, parsed
 	pathPrefix string
 	pathRegex  *regexp.Regexp
 }

@@ -5,31 +5,46 @@ import (
 	"strings"
 )
 
-// Route returns the first route that matches the request, or nil. The path
-// is matched without its query string.
-func (h *HTTP) Route(method, path string) *Route {
+// Route returns the first route that matches the request, or nil. host is
+// the request's Host or :authority ("" when unknown: only routes without
+// hosts match then); the path is matched without its query string.
+func (h *HTTP) Route(host, method, path string) *Route {
 	if h == nil {
 		return nil
 	}
+	name, port := splitHost(host)
 	path = stripQuery(path)
 	for _, r := range h.Routes {
-		if r.matches(method, path) {
+		if r.matches(name, port, method, path) {
 			return r
 		}
 	}
 	return nil
 }
 
-// Matches reports whether the route applies to a request: its method is
-// listed, case-insensitively (or no method is) and its path, without the query string, has the
-// route's prefix (a plain string prefix, as Envoy's prefix match) or matches
-// its regular expression (RE2, anchored only where the pattern says so).
-func (r *Route) Matches(method, path string) bool {
-	return r != nil && r.matches(method, stripQuery(path))
+// Matches reports whether the route applies to a request: its host matches
+// one of the route's hosts (or the route lists none), its method is listed,
+// case-insensitively (or no method is), and its path, without the query
+// string, has the route's prefix (a plain string prefix, as Envoy's prefix
+// match) or matches its regular expression (RE2, anchored only where the
+// pattern says so).
+//
+// Hosts compare case-insensitively; a port in host is ignored unless the
+// pattern has one, and a trailing dot is ignored; "*.example.com" matches
+// any name ending in ".example.com" with at least one label before it.
+func (r *Route) Matches(host, method, path string) bool {
+	if r == nil {
+		return false
+	}
+	name, port := splitHost(host)
+	return r.matches(name, port, method, stripQuery(path))
 }
 
-func (r *Route) matches(method, path string) bool {
+func (r *Route) matches(hostName, hostPort, method, path string) bool {
 	if len(r.Methods) > 0 && !containsFold(r.Methods, method) {
+		return false
+	}
+	if !matchHost(r.hosts, hostName, hostPort) {
 		return false
 	}
 	if r.pathRegex != nil {
