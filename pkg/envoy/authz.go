@@ -85,7 +85,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 		return nil, status.Error(codes.InvalidArgument, "CheckRequest has no attributes.request.http method and path")
 	}
 	h := httpPolicy(s.policies.Current())
-	route := h.Route(hr.GetMethod(), hr.GetPath())
+	route := h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath())
 	if route == nil {
 		s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeNoMatch)
 		return okResponse(nil, nil), nil

@@ -98,7 +98,7 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	hs := protoHeaders(h.GetHeaders())
 	method, _ := hs.get(":method")
 	path, _ := hs.get(":path")
-	id := applies(st.pol.Route(method, path), method)
+	id := applies(st.pol.Route(requestHost(hs), method, path), method)
 	if id == nil {
 		return continueRequestHeaders()
 	}
@@ -117,6 +117,16 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	}
 	st.pending = p
 	return continueRequestHeaders()
+}
+
+// requestHost is the request's host as ext_authz sees it: :authority
+// (Envoy sets it for HTTP/1.1 too, from Host), else a host header.
+func requestHost(hs headerList) string {
+	if v, _ := hs.get(":authority"); v != "" {
+		return v
+	}
+	v, _ := hs.get("host")
+	return v
 }
 
 // requestBody collects a wiring (a) body and decides at its end.
