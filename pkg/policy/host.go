@@ -92,7 +92,7 @@ func parseHostPattern(s string) (hostPattern, string) {
 	case s == "":
 		return hostPattern{}, "must not be empty (omit hosts to match every host)"
 	case s == "*" || strings.HasPrefix(s, "*:"):
-		return hostPattern{}, "bad pattern: a lone * is not a pattern (omit hosts to match every host)"
+		return hostPattern{}, "is a bad pattern: a lone * is not a pattern (omit hosts to match every host)"
 	case strings.ContainsAny(s, " \t\r\n\v\f"):
 		return hostPattern{}, "must not contain whitespace"
 	case strings.ContainsAny(s, "/?#@"):
@@ -101,7 +101,7 @@ func parseHostPattern(s string) (hostPattern, string) {
 	s = strings.ToLower(s)
 	name, port := splitHost(s)
 	if strings.HasPrefix(s, "[") && !strings.HasSuffix(s, "]") && !strings.Contains(s, "]:") {
-		return hostPattern{}, "bad IPv6 literal"
+		return hostPattern{}, "is a bad IPv6 literal"
 	}
 	if strings.HasSuffix(s, ":") || (port != "" && !validPort(port)) {
 		return hostPattern{}, "has a bad port (want 1-65535)"
@@ -109,7 +109,7 @@ func parseHostPattern(s string) (hostPattern, string) {
 	p := hostPattern{name: name, port: port}
 	if rest, ok := strings.CutPrefix(name, "*"); ok {
 		if !strings.HasPrefix(rest, ".") {
-			return hostPattern{}, "bad pattern: a wildcard must be a whole leading label, as in *.example.com"
+			return hostPattern{}, "is a bad pattern: a wildcard must be a whole leading label, as in *.example.com"
 		}
 		p.name, p.wildcard = rest, true
 	}
@@ -126,25 +126,25 @@ func parseHostPattern(s string) (hostPattern, string) {
 func checkHostName(name string, wildcard bool) string {
 	if strings.HasPrefix(name, "[") {
 		if wildcard || !strings.HasSuffix(name, "]") || len(name) < 3 || strings.Trim(name[1:len(name)-1], "0123456789abcdef:.") != "" {
-			return "bad IPv6 literal"
+			return "is a bad IPv6 literal"
 		}
 		return ""
 	}
 	labels := name
 	if wildcard {
 		if labels = name[1:]; labels == "" { // the suffix starts with the dot after "*"
-			return "bad pattern: a wildcard needs a domain after *."
+			return "is a bad pattern: a wildcard needs a domain after *."
 		}
 	}
 	if strings.Contains(name, "*") {
-		return "bad pattern: * is only allowed as a whole leading label (*.example.com)"
+		return "is a bad pattern: * is only allowed as a whole leading label (*.example.com)"
 	}
 	for _, l := range strings.Split(labels, ".") {
 		if l == "" {
-			return "bad host name: empty label"
+			return "is a bad host name: empty label"
 		}
 		if strings.Trim(l, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
-			return "bad host name: want letters, digits, - and _ in dot-separated labels"
+			return "is a bad host name: want letters, digits, - and _ in dot-separated labels"
 		}
 	}
 	return ""
