@@ -60,11 +60,23 @@ func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
 // untouched, and a denial may only reset an expired *s to the empty State.
 // It saves copying States in and out on the hot path.
 func (s *State) Apply(l Limit, now int64, hits int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
+	var res Result
+	err := s.ApplyTo(&res, &l, now, hits)
+	return res, err
+}
+
+// ApplyTo is Apply writing the Result to *res and reading the limit through
+// a pointer, for a store's hot path. A Result has too many fields for the
+// compiler to keep in registers, so every by-value hand-over copies it
+// through the stack, and reading back a struct just written field by field
+// stalls the CPU (a failed store-to-load forward), several times per
+// decision. *res is written when the error is nil and left alone otherwise.
+func (s *State) ApplyTo(res *Result, l *Limit, now int64, hits int64) error {
+	if !l.valid() {
+		return l.Validate() // builds the error; valid is its fast, inlined twin
 	}
 	if hits < 0 {
-		return Result{}, fmt.Errorf("%w: %d is negative", ErrInvalidHits, hits)
+		return fmt.Errorf("%w: %d is negative", ErrInvalidHits, hits)
 	}
 	var check State
 	if hits == 0 { // a check writes nothing, not even an equivalent state
@@ -78,13 +90,15 @@ func (s *State) Apply(l Limit, now int64, hits int64) (Result, error) {
 	// leaves it alone when it denies.
 	switch l.Algorithm {
 	case SlidingLog:
-		return slidingLog(&l, now, s, hits), nil
+		*res = slidingLog(l, now, s, hits)
 	case SlidingWindow:
-		return slidingWindow(&l, now, s, hits), nil
+		*res = slidingWindow(l, now, s, hits)
 	case FixedWindow:
-		return fixedWindow(&l, now, s, hits), nil
+		*res = fixedWindow(l, now, s, hits)
+	default:
+		gcra(l, now, s, hits, res)
 	}
-	return gcra(&l, now, s, hits), nil
+	return nil
 }
 
 // periodMicros returns l.Period in microseconds (Validate ensures >= 1000).

@@ -5,7 +5,7 @@ package ratelimit
 // DVT = T*B the tolerance, hits are admitted when
 // now >= max(TAT, now) + hits*T - DVT; then TAT moves to that sum + DVT.
 // The state is one number and expires by itself at TAT.
-func gcra(l *Limit, now int64, s *State, hits int64) Result {
+func gcra(l *Limit, now int64, s *State, hits int64, res *Result) {
 	r := l.Requests
 	b := l.Burst
 	if b == 0 {
@@ -17,20 +17,15 @@ func gcra(l *Limit, now int64, s *State, hits int64) Result {
 	tat := max(s.TAT, now)
 	newTat := addSat(tat, mulSat(hits, t))
 	allowAt := subSat(newTat, dvt)
-	res := Result{Limit: max(r, b)}
 	if now < allowAt {
 		used := tat - now
-		res.RetryAfter = micros(allowAt - now)
-		res.ResetAfter = micros(used)
 		// Go's division truncates towards zero where Lua floors: they differ
 		// only for negative quotients, which max clamps to 0 anyway.
-		res.Remaining = max((dvt-used)/t, 0)
-		return res
+		*res = Result{Limit: max(r, b), Remaining: max((dvt-used)/t, 0),
+			ResetAfter: micros(used), RetryAfter: micros(allowAt - now)}
+		return
 	}
 	used := newTat - now
-	res.Allowed = true
-	res.Remaining = (dvt - used) / t
-	res.ResetAfter = micros(used)
+	*res = Result{Allowed: true, Limit: max(r, b), Remaining: (dvt - used) / t, ResetAfter: micros(used)}
 	*s = State{TAT: newTat, Expires: newTat}
-	return res
 }

@@ -88,6 +88,14 @@ func (l Limit) Validate() error {
 	return nil
 }
 
+// valid reports whether Validate would return nil. Validate's error
+// formatting keeps it from being inlined; this check is, and runs on every
+// decision.
+func (l *Limit) valid() bool {
+	return l.Requests >= 1 && l.Burst >= 0 && l.Period >= time.Millisecond &&
+		l.Period%time.Millisecond == 0 && l.Algorithm.Valid()
+}
+
 // Result is the outcome of one limit for one request.
 type Result struct {
 	// Allowed is true when the hits were admitted by this limit.

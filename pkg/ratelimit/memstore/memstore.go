@@ -135,27 +135,34 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 	now := s.now()
 	sh, h := s.locate(key)
 	id := ident{key: key, period: limit.Period, alg: algCode(limit.Algorithm)}
-	h ^= salt(id)
-
+	var res ratelimit.Result
+	// No defer: allowLocked cannot panic, and this path is short enough
+	// for defer's cost to show.
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	err := s.allowLocked(sh, h^salt(id), id, &limit, now, hits, &res)
+	sh.mu.Unlock()
+	return res, err
+}
+
+// allowLocked is Allow under sh's lock; it writes the Result to *res.
+func (s *Store) allowLocked(sh *shard, h uint64, id ident, l *ratelimit.Limit, now, hits int64, res *ratelimit.Result) error {
 	if s.closed.Load() {
-		return ratelimit.Result{}, ratelimit.ErrClosed
+		return ratelimit.ErrClosed
 	}
 	now = sh.monotonic(now)
 	if e := sh.find(h, id); e != nil {
-		res, err := e.st.Apply(limit, now, hits)
+		err := e.st.ApplyTo(res, l, now, hits)
 		if err == nil && res.Allowed && hits > 0 {
 			sh.ring[e.pos].expires = e.st.Expires
 		}
-		return res, err
+		return err
 	}
 	var st ratelimit.State
-	res, err := st.Apply(limit, now, hits)
+	err := st.ApplyTo(res, l, now, hits)
 	if err == nil && res.Allowed && hits > 0 {
 		sh.insert(h, id, st, now)
 	}
-	return res, err
+	return err
 }
 
 // AllowBatch decides each request in order: the limits of one request all
