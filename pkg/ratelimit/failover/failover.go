@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/extauthz/extauthz/internal/breaker"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -91,7 +92,7 @@ type Store struct {
 	retry    time.Duration
 	timeout  time.Duration
 	now      func() time.Time
-	br       *breaker
+	br       *breaker.Breaker
 	m        metrics
 }
 
@@ -104,6 +105,10 @@ func New(primary ratelimit.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	br, err := breaker.New(opts.FailureThreshold, opts.CoolDown)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
 	m, err := newMetrics(opts.Registerer, opts.Mode)
 	if err != nil {
 		return nil, err
@@ -115,7 +120,7 @@ func New(primary ratelimit.Store, opts Options) (*Store, error) {
 		retry:    opts.DeniedRetryAfter,
 		timeout:  opts.CallTimeout,
 		now:      opts.Now,
-		br:       &breaker{threshold: opts.FailureThreshold, coolDown: opts.CoolDown},
+		br:       br,
 		m:        m,
 	}, nil
 }
@@ -162,21 +167,21 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 // AllowBatch asks the primary unless the circuit is open; on a backend
 // failure it answers by the failure mode.
 func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
-	if !s.br.acquire(s.now()) {
+	if !s.br.Acquire(s.now()) {
 		return s.degraded(ctx, reqs, reasonCircuitOpen)
 	}
 	d, err := s.callPrimary(ctx, reqs)
 	switch {
 	case err == nil:
-		s.br.success()
+		s.br.Success()
 		s.m.circuitOpen.Set(0)
 		return d, nil
 	case isCallerError(ctx, err):
-		s.br.release()
+		s.br.Release()
 		return nil, err
 	}
 	s.m.errors.Inc()
-	if s.br.failure(s.now(), err) {
+	if s.br.Failure(s.now(), err) {
 		s.m.circuitOpen.Set(1)
 	}
 	return s.degraded(ctx, reqs, reasonError)
@@ -240,16 +245,16 @@ func (s *Store) denyAll(reqs []ratelimit.Request) ([]ratelimit.Decision, error) 
 // the circuit: without traffic there is no probe call, and readiness (hence
 // the traffic) must not wait for one.
 func (s *Store) Ready(ctx context.Context) error {
-	open, n, last := s.br.state()
+	st := s.br.State()
 	circuitErr := func() error {
-		return fmt.Errorf("redis circuit open after %d consecutive failures (%s mode): %w", n, s.mode, last)
+		return fmt.Errorf("redis circuit open after %d consecutive failures (%s mode): %w", st.Failures, s.mode, st.LastErr)
 	}
-	if s.br.coolingDown(s.now()) {
+	if s.br.CoolingDown(s.now()) {
 		return circuitErr()
 	}
 	p, ok := s.primary.(Pinger)
 	if !ok {
-		if open {
+		if st.Open {
 			return circuitErr()
 		}
 		return nil
@@ -257,8 +262,8 @@ func (s *Store) Ready(ctx context.Context) error {
 	if err := p.Ping(ctx); err != nil {
 		return fmt.Errorf("redis unreachable (%s mode): %w", s.mode, err)
 	}
-	if open {
-		s.br.success()
+	if st.Open {
+		s.br.Success()
 		s.m.circuitOpen.Set(0)
 	}
 	return nil
