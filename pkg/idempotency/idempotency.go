@@ -159,6 +159,10 @@ var (
 	ErrTooLarge = errors.New("idempotency response too large")
 	// ErrClosed means the store was used after Close.
 	ErrClosed = errors.New("idempotency store closed")
+	// ErrUnavailable means the store was not asked: its backend kept
+	// failing and a circuit breaker refuses calls for a while (see
+	// pkg/idempotency/guard). Callers treat it as a store failure.
+	ErrUnavailable = errors.New("idempotency store unavailable")
 )
 
 // NewToken returns a fresh owner token: 128 random bits in hex.
