@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/idempotency/guard"
 	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
@@ -24,7 +25,11 @@ type idempotencyDeps struct {
 // <prefix>:idem:{...}; the client is closed with the rate-limit store),
 // else in memory. Failure handling is per route (the policy's
 // idempotency.failure_mode), not EXTAUTHZ_FAILURE_MODE: a lease cannot
-// fall back to a per-process store without breaking its guarantee.
+// fall back to a per-process store without breaking its guarantee. The
+// Redis store sits behind a circuit breaker (guard, the rate-limit
+// failover's defaults: 5 failures, 1s cool-down) so that while Redis is down
+// requests get their failure_mode at once instead of each waiting for
+// EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT.
 func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *slog.Logger) (idempotencyDeps, error) {
 	events, err := idempotency.NewMetrics(reg)
 	if err != nil {
@@ -35,9 +40,13 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 		log.Info("idempotency store", "kind", "memory")
 		return idempotencyDeps{store: idemmem.New(idemmem.Config{}), events: events}, nil
 	}
-	store, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix})
+	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix})
 	if err != nil {
 		return idempotencyDeps{}, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
+	}
+	store, err := guard.New(rs, guard.Options{Registerer: reg})
+	if err != nil {
+		return idempotencyDeps{}, err
 	}
 	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix)
 	return idempotencyDeps{store: store, events: events}, nil
