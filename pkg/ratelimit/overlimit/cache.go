@@ -97,9 +97,15 @@ func aged(e entry, now time.Time) ratelimit.Decision {
 
 // put remembers a denial decided at decided, until its earliest possible
 // admission; a denial without a positive RetryAfter is not remembered.
-func (c *cache) put(id string, hits int64, d ratelimit.Decision, decided time.Time) {
+// sliding_window's RetryAfter is no bound at all (its estimate floors the
+// previous window's weight, so the hits may pass as soon as that weight
+// drops by a fraction of a hit): its denials set no deadline.
+func (c *cache) put(id string, hits int64, d ratelimit.Decision, limits []ratelimit.Limit, decided time.Time) {
 	var wait time.Duration
-	for _, r := range d.Results {
+	for i, r := range d.Results {
+		if i < len(limits) && limits[i].Algorithm == ratelimit.SlidingWindow {
+			continue
+		}
 		if !r.Allowed && r.RetryAfter > 0 && (wait == 0 || r.RetryAfter < wait) {
 			wait = r.RetryAfter
 		}

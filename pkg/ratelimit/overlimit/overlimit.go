@@ -11,8 +11,10 @@
 // decided by the store (envoyproxy/ratelimit keys its cache by the Redis key
 // alone and keeps denying a raised override: its issue #1077).
 //
-// Remembered denials stay correct because no algorithm admits sooner than its
-// RetryAfter while other traffic can only push that instant later; the clock
+// Remembered denials stay correct because gcra, fixed_window and sliding_log
+// never admit sooner than their RetryAfter while other traffic can only push
+// that instant later (sliding_window's RetryAfter is no such bound, so its
+// denials alone are not remembered); the clock
 // is read before the store is asked, so the entry never outlives the store's
 // own answer.
 package overlimit
@@ -132,7 +134,7 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 	for j, i := range miss {
 		out[i] = got[j]
 		if !got[j].Allowed {
-			s.cache.put(ids[i], reqs[i].Hits, got[j], now)
+			s.cache.put(ids[i], reqs[i].Hits, got[j], reqs[i].Limits, now)
 		}
 	}
 	return out, nil
