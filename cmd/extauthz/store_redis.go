@@ -68,12 +68,19 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 		CallTimeout: cfg.RedisCallTimeout,
 	})
 	if err != nil {
+		if fallback != nil {
+			err = errors.Join(err, fallback.Close()) // stops its sweep goroutine
+		}
 		return nil, err
 	}
 	if !cfg.LocalCache {
 		return fs, nil
 	}
-	return overlimit.New(fs, overlimit.Options{Registerer: deps.Registerer, Now: deps.Now})
+	cached, err := overlimit.New(fs, overlimit.Options{Registerer: deps.Registerer, Now: deps.Now})
+	if err != nil {
+		return nil, errors.Join(err, fs.Close())
+	}
+	return cached, nil
 }
 
 // redisLogger adapts slog to go-redis's logging interface.
