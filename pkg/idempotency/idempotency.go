@@ -194,13 +194,20 @@ func CheckLease(l Lease) error {
 }
 
 // CheckResponse validates a response for Complete against a body cap
-// (maxBody <= 0 means no cap).
+// (maxBody <= 0 means no cap): status, at most MaxReplayHeaders valid
+// header fields, body size.
 func CheckResponse(r Response, maxBody int64) error {
 	if r.Status < 100 || r.Status > 599 {
 		return fmt.Errorf("%w: status %d", ErrInvalidResponse, r.Status)
 	}
 	if maxBody > 0 && int64(len(r.Body)) > maxBody {
 		return fmt.Errorf("%w: %d bytes, cap %d", ErrTooLarge, len(r.Body), maxBody)
+	}
+	// A record holds at most MaxReplayHeaders fields (the Redis codec
+	// refuses to decode more): a longer list is refused here rather than
+	// stored and then never replayable.
+	if len(r.Headers) > MaxReplayHeaders {
+		return fmt.Errorf("%w: %d header fields, at most %d", ErrInvalidResponse, len(r.Headers), MaxReplayHeaders)
 	}
 	for _, h := range r.Headers {
 		if !ValidHeaderName(h.Name) || !ValidHeaderValue(h.Value) {

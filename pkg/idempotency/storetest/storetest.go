@@ -47,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 		{"BodiesRoundTrip", testBodies},
 		{"TooLarge", testTooLarge},
 		{"InvalidArguments", testInvalid},
+		{"TooManyHeaders", testTooManyHeaders},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
@@ -372,6 +373,29 @@ func testInvalid(t *testing.T, h Harness) {
 		}
 	}
 	mustBegin(t, s, scope, "k", fp("a"), idempotency.InProgress)
+}
+
+// testTooManyHeaders: a response with more header fields than a record
+// may hold is refused at Complete (the lease is kept), so that no store
+// writes a record it, or another store, could not replay.
+func testTooManyHeaders(t *testing.T, h Harness) {
+	s, scope, ctx := open(t, h), Scope(t), context.Background()
+	l := mustBegin(t, s, scope, "k", fp("a"), idempotency.Acquired).Lease
+	r := idempotency.Response{Status: 200, Headers: make([]idempotency.Header, idempotency.MaxReplayHeaders+1)}
+	for i := range r.Headers {
+		r.Headers[i] = idempotency.Header{Name: "x-h", Value: fmt.Sprint(i)}
+	}
+	if err := s.Complete(ctx, l, r); !errors.Is(err, idempotency.ErrInvalidResponse) {
+		t.Fatalf("Complete with %d headers = %v, want ErrInvalidResponse", len(r.Headers), err)
+	}
+	mustBegin(t, s, scope, "k", fp("a"), idempotency.InProgress)
+	r.Headers = r.Headers[:idempotency.MaxReplayHeaders]
+	if err := s.Complete(ctx, l, r); err != nil {
+		t.Fatalf("Complete with %d headers: %v", len(r.Headers), err)
+	}
+	if got := mustBegin(t, s, scope, "k", fp("a"), idempotency.Replay).Response; !equalResponse(got, r) {
+		t.Fatalf("replayed %d headers, want %d", len(got.Headers), len(r.Headers))
+	}
 }
 
 func testClose(t *testing.T, h Harness) {
