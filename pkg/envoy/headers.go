@@ -57,7 +57,14 @@ func rateLimitHeaders(qs []quota, over bool, retry time.Duration) []*corev3.Head
 	return hs
 }
 
-func itoa(n int64) string { return strconv.FormatInt(max(n, 0), 10) }
+// maxSFInteger is the largest Structured Field Integer (RFC 9651 §3.3.1:
+// at most 15 digits). Limits are int64 in the policy, and a recipient must
+// ignore a whole field with one out-of-range parameter, so values are
+// clamped to the range rather than written as they are.
+const maxSFInteger = 999_999_999_999_999
+
+// itoa renders n as a non-negative sf-integer, clamped to its range.
+func itoa(n int64) string { return strconv.FormatInt(min(max(n, 0), maxSFInteger), 10) }
 
 // sfString renders s as a Structured Field string (RFC 9651 §3.3.3): only
 // printable ASCII is allowed, so anything else becomes '_', and '"' and
