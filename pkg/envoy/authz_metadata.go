@@ -1,9 +1,11 @@
 package envoy
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -24,6 +26,8 @@ const ExtAuthzNamespace = "envoy.filters.http.ext_authz"
 //	                 "replay"  completed, but the stored response cannot go
 //	                           through ext_authz (binary body): ext_proc replays it
 //	  scope, key:    the tenant and the Idempotency-Key
+//	  scope_b64:     the tenant in base64, instead of scope when it is not
+//	                 valid UTF-8 (Struct strings must be; a raw header may not)
 //	  token:         the lease's owner token (action lease)
 //	  route:         the policy route's name (store statuses, header allow-list)
 //	  fingerprint:   hex SHA-256 of the request
@@ -34,6 +38,7 @@ const (
 	ActionReplay   = "replay"
 	mdAction       = "action"
 	mdScope        = "scope"
+	mdScopeB64     = "scope_b64"
 	mdKey          = "key"
 	mdToken        = "token"
 	mdRoute        = "route"
@@ -55,13 +60,17 @@ type handoff struct {
 func (h handoff) toStruct() *structpb.Struct {
 	inner := &structpb.Struct{Fields: map[string]*structpb.Value{
 		mdAction:      structpb.NewStringValue(h.action),
-		mdScope:       structpb.NewStringValue(h.lease.Scope),
 		mdKey:         structpb.NewStringValue(h.lease.Key),
 		mdRoute:       structpb.NewStringValue(h.route),
 		mdFingerprint: structpb.NewStringValue(h.fp.String()),
 		mdLeaseTTLms:  structpb.NewNumberValue(float64(h.lease.TTLs.Lease.Milliseconds())),
 		mdRecordTTLms: structpb.NewNumberValue(float64(h.lease.TTLs.Record.Milliseconds())),
 	}}
+	if utf8.ValidString(h.lease.Scope) {
+		inner.Fields[mdScope] = structpb.NewStringValue(h.lease.Scope)
+	} else {
+		inner.Fields[mdScopeB64] = structpb.NewStringValue(base64.StdEncoding.EncodeToString([]byte(h.lease.Scope)))
+	}
 	if h.lease.Token != "" {
 		inner.Fields[mdToken] = structpb.NewStringValue(h.lease.Token)
 	}
@@ -90,6 +99,13 @@ func handoffFrom(md *corev3.Metadata) (h handoff, ok bool, err error) {
 	h = handoff{action: str(mdAction), route: str(mdRoute)}
 	h.lease = idempotency.Lease{Scope: str(mdScope), Key: str(mdKey), Token: str(mdToken),
 		TTLs: idempotency.TTLs{Lease: ms(mdLeaseTTLms), Record: ms(mdRecordTTLms)}}
+	if b64, ok := f[mdScopeB64]; ok {
+		scope, err := base64.StdEncoding.DecodeString(b64.GetStringValue())
+		if err != nil {
+			return h, true, fmt.Errorf("%w: %s: %w", errBadHandoff, mdScopeB64, err)
+		}
+		h.lease.Scope = string(scope)
+	}
 	if h.fp, err = idempotency.ParseFingerprint(str(mdFingerprint)); err != nil {
 		return h, true, fmt.Errorf("%w: %w", errBadHandoff, err)
 	}
