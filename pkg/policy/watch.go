@@ -137,6 +137,10 @@ func (w *Watcher) loop(ctx context.Context, events <-chan fsnotify.Event, errs <
 			if w.opts.OnError != nil {
 				w.opts.OnError(fmt.Errorf("policy watcher: %s: %w", w.dir, err))
 			}
+			// Events may have been lost (fsnotify.ErrEventOverflow), a
+			// change among them: reload to be sure. An unchanged policy
+			// reloads quietly.
+			timer.Reset(w.opts.Debounce)
 		case <-timer.C:
 			_ = w.Reload() // failures reach OnError
 		}
