@@ -167,24 +167,36 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 // AllowBatch asks the primary unless the circuit is open; on a backend
 // failure it answers by the failure mode.
 func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	d, _, err := s.AllowBatchSource(ctx, reqs)
+	return d, err
+}
+
+// AllowBatchSource is AllowBatch that also reports whether the primary
+// decided (false: the fallback did, or Closed mode denied). A cache of
+// denials (package overlimit) must remember only the primary's: the
+// fallback's per-replica state says nothing of what Redis would admit once
+// it is back.
+func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) (d []ratelimit.Decision, fromPrimary bool, err error) {
 	if !s.br.Acquire(s.now()) {
-		return s.degraded(ctx, reqs, reasonCircuitOpen)
+		d, err = s.degraded(ctx, reqs, reasonCircuitOpen)
+		return d, false, err
 	}
-	d, err := s.callPrimary(ctx, reqs)
+	d, err = s.callPrimary(ctx, reqs)
 	switch {
 	case err == nil:
 		s.br.Success()
 		s.m.circuitOpen.Set(0)
-		return d, nil
+		return d, true, nil
 	case isCallerError(ctx, err):
 		s.br.Release()
-		return nil, err
+		return nil, false, err
 	}
 	s.m.errors.Inc()
 	if s.br.Failure(s.now(), err) {
 		s.m.circuitOpen.Set(1)
 	}
-	return s.degraded(ctx, reqs, reasonError)
+	d, err = s.degraded(ctx, reqs, reasonError)
+	return d, false, err
 }
 
 // callPrimary asks the primary within CallTimeout (when set).

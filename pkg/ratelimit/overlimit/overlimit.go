@@ -16,7 +16,8 @@
 // that instant later (sliding_window's RetryAfter is no such bound, so its
 // denials alone are not remembered); the clock
 // is read before the store is asked, so the entry never outlives the store's
-// own answer.
+// own answer. Denials an inner store made without its backend (package
+// failover's fallback while Redis is down) are not remembered.
 package overlimit
 
 import (
@@ -127,17 +128,34 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 			sub[j] = reqs[i]
 		}
 	}
-	got, err := s.inner.AllowBatch(ctx, sub)
+	got, authoritative, err := s.askInner(ctx, sub)
 	if err != nil {
 		return nil, err
 	}
 	for j, i := range miss {
 		out[i] = got[j]
-		if !got[j].Allowed {
+		if authoritative && !got[j].Allowed {
 			s.cache.put(ids[i], reqs[i].Hits, got[j], reqs[i].Limits, now)
 		}
 	}
 	return out, nil
+}
+
+// sourced is implemented by an inner store that may answer without its
+// backend (package failover's fallback or Closed-mode denials): fromPrimary
+// is false then, and such denials are not remembered.
+type sourced interface {
+	AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, bool, error)
+}
+
+// askInner asks the inner store and reports whether its answer may be
+// remembered.
+func (s *Store) askInner(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, bool, error) {
+	if src, ok := s.inner.(sourced); ok {
+		return src.AllowBatchSource(ctx, reqs)
+	}
+	d, err := s.inner.AllowBatch(ctx, reqs)
+	return d, true, err
 }
 
 // Ready reports the inner store's readiness when it has one.
