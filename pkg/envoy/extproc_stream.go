@@ -129,7 +129,10 @@ func requestHost(hs headerList) string {
 	return v
 }
 
-// requestBody collects a wiring (a) body and decides at its end.
+// requestBody collects a wiring (a) body and decides at its end. In
+// BUFFERED mode Envoy sends the body in one message, with end_of_stream
+// false when trailers follow (and no trailers message when the trailer mode
+// is SKIP): that message is the whole body.
 func (st *procStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	p := st.pending
 	if p == nil {
@@ -141,7 +144,8 @@ func (st *procStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRe
 		st.s.gate.events.Count(apiExtProc, idempotency.EventBodyTooBig)
 		return immediate(problemBodyTooLarge(), "extauthz_idempotency_body")
 	}
-	if !b.GetEndOfStream() {
+	whole := b.GetEndOfStream() || (st.modeKnown && st.bodyMode == filterv3.ProcessingMode_BUFFERED)
+	if !whole {
 		return continueRequestBody()
 	}
 	st.pending = nil

@@ -1,0 +1,33 @@
+package envoy
+
+import (
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// When request trailers follow the body (HTTP/2, gRPC, chunked trailers),
+// Envoy's BUFFERED mode sends the whole body with end_of_stream false and,
+// with request_trailer_mode SKIP (the documented wiring a), no trailers
+// message: the decision must still be taken on that body, not skipped.
+func TestExtProcAloneBodyBeforeSkippedTrailers(t *testing.T) {
+	e := startIdem(t, idemPolicy)
+	post := func() (*stream, *extprocv3.ProcessingResponse) {
+		s := e.open(t)
+		r := s.send(reqHeaders(buffered, false, nil, ":method", "POST", ":path", "/orders/1", "x-tenant-id", "acme", "idempotency-key", "tr"))
+		if r.GetRequestHeaders() == nil {
+			t.Fatalf("request headers answered %v", r)
+		}
+		return s, s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: []byte("{}"), EndOfStream: false}}})
+	}
+	first, r := post()
+	if r.GetRequestBody() == nil {
+		t.Fatalf("first request body answered %v, want it to go upstream", r)
+	}
+	_, r = post()
+	wantProblemIR(t, immediateOf(r), 409, ProblemInProgress)
+	first.upstream(200, []byte("done"), viaUpstream, 0)
+	_, r = post()
+	wantReplayIR(t, immediateOf(r), 200, []byte("done"))
+}
