@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
@@ -93,14 +94,17 @@ func declaredOver(contentLength string, limit int64) bool {
 	return err == nil && n > limit
 }
 
-// responseBody buffers the body; its end completes the record.
+// responseBody buffers the body; its end completes the record. In
+// BUFFERED mode the one body message is the whole body, end_of_stream
+// false when trailers follow (Envoy sends none with the trailer mode SKIP);
+// a reply reset mid-body sends no body message at all.
 func (st *procStream) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if c := st.capture; c != nil && !st.settled {
 		c.body = append(c.body, b.GetBody()...)
 		switch {
 		case int64(len(c.body)) > st.id.MaxBodyBytes:
 			st.release(idempotency.EventTooLarge)
-		case b.GetEndOfStream():
+		case b.GetEndOfStream(), st.modeKnown && st.respMode == filterv3.ProcessingMode_BUFFERED:
 			st.complete()
 		}
 	}

@@ -23,7 +23,8 @@ type procStream struct {
 	attrs map[string]*structpb.Value // request and response attributes seen so far
 
 	bodyMode  filterv3.ProcessingMode_BodySendMode
-	modeKnown bool // protocol_config said which request body mode applies
+	respMode  filterv3.ProcessingMode_BodySendMode
+	modeKnown bool // protocol_config said which body modes apply
 
 	pending *pendingBegin // wiring (a): key checked, waiting for the body
 
@@ -72,7 +73,7 @@ func (st *procStream) handle(req *extprocv3.ProcessingRequest) (*extprocv3.Proce
 // (first message) and attributes (first message of each direction).
 func (st *procStream) observe(req *extprocv3.ProcessingRequest) {
 	if pc := req.GetProtocolConfig(); pc != nil && !st.modeKnown {
-		st.bodyMode, st.modeKnown = pc.GetRequestBodyMode(), true
+		st.bodyMode, st.respMode, st.modeKnown = pc.GetRequestBodyMode(), pc.GetResponseBodyMode(), true
 	}
 	for _, s := range req.GetAttributes() {
 		for k, v := range s.GetFields() {

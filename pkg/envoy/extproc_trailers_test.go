@@ -31,3 +31,24 @@ func TestExtProcAloneBodyBeforeSkippedTrailers(t *testing.T) {
 	_, r = post()
 	wantReplayIR(t, immediateOf(r), 200, []byte("done"))
 }
+
+// The same on the response side: a BUFFERED response body followed by
+// skipped trailers is the whole reply, and is stored (keeping the lease
+// instead would answer 409 until its TTL and then run the request again).
+func TestExtProcAloneResponseBodyBeforeSkippedTrailers(t *testing.T) {
+	e := startIdem(t, idemPolicy)
+	s, ir := e.postA(t, "/orders/1", "acme", "rt", []byte("{}"))
+	if ir != nil {
+		t.Fatal("did not go upstream")
+	}
+	if r := s.send(respHeaders(respAttrs(viaUpstream, 0), false, ":status", "201")); r.GetResponseHeaders() == nil {
+		t.Fatalf("response headers answered %v", r)
+	}
+	if r := s.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte("made"), EndOfStream: false}}}); r.GetResponseBody() == nil {
+		t.Fatalf("response body answered %v", r)
+	}
+	s.close()
+	_, ir = e.postA(t, "/orders/1", "acme", "rt", []byte("{}"))
+	wantReplayIR(t, ir, 201, []byte("made"))
+}
