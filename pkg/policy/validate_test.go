@@ -68,6 +68,7 @@ func TestValidationErrors(t *testing.T) {
 		{"unlimited with requests_per_unit", rl + "{unlimited: true, requests_per_unit: 3}", "descriptors[0].rate_limit.requests_per_unit", "must not be set when unlimited"},
 		{"unlimited with period", rl + "{unlimited: true, period: 1s}", "descriptors[0].rate_limit.period", "must not be set when unlimited"},
 		{"unlimited in rate_limits", "domain: d\ndescriptors: [{key: k, rate_limits: [{unlimited: true}]}]", "descriptors[0].rate_limits[0].unlimited", "only allowed in rate_limit"},
+		{"sliding_log too large", rl + "{unit: hour, requests_per_unit: 20000, algorithm: sliding_log}", "descriptors[0].rate_limit", "at most 10000 requests per period"},
 		{"bad algorithm", rl + "{unit: second, requests_per_unit: 1, algorithm: leaky_bucket}", "descriptors[0].rate_limit.algorithm", `unknown algorithm "leaky_bucket"`},
 		{"negative burst", rl + "{unit: second, requests_per_unit: 1, burst: -1}", "descriptors[0].rate_limit.burst", "must not be negative"},
 		{"burst without gcra", rl + "{unit: second, requests_per_unit: 1, burst: 5, algorithm: fixed_window}", "descriptors[0].rate_limit.burst", "gcra algorithm only"},

@@ -83,9 +83,13 @@ func TestDecideRejectsBadInput(t *testing.T) {
 func TestHitsBeyondRangeNeverWrap(t *testing.T) {
 	t.Parallel()
 	for _, a := range Algorithms {
+		most := int64(math.MaxInt64) // the largest valid Requests
+		if a == SlidingLog {
+			most = MaxSlidingLogRequests
+		}
 		for _, l := range []Limit{
 			{Algorithm: a, Requests: 1, Period: time.Duration(math.MaxInt64/int64(time.Millisecond)) * time.Millisecond},
-			{Algorithm: a, Requests: math.MaxInt64, Period: time.Millisecond, Burst: math.MaxInt64},
+			{Algorithm: a, Requests: most, Period: time.Millisecond, Burst: math.MaxInt64},
 		} {
 			for _, hits := range []int64{math.MaxInt64, math.MaxInt64 / 2} {
 				res, _, err := Decide(l, t0, State{}, hits)

@@ -84,16 +84,26 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: period must be a whole number of milliseconds, at least 1ms, got %s", ErrInvalidLimit, l.Period)
 	case l.Burst < 0:
 		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+	case l.Algorithm == SlidingLog && l.Requests > MaxSlidingLogRequests:
+		return fmt.Errorf("%w: sliding_log keeps one entry per admitted hit: at most %d requests per period, got %d (use gcra or sliding_window)",
+			ErrInvalidLimit, MaxSlidingLogRequests, l.Requests)
 	}
 	return nil
 }
+
+// MaxSlidingLogRequests bounds a sliding_log limit: its state holds one
+// timestamp per admitted hit (about 120 bytes each in a Redis sorted set
+// past 128 members), and one decision may add that many at once, blocking
+// Redis while it does.
+const MaxSlidingLogRequests = 10_000
 
 // valid reports whether Validate would return nil. Validate's error
 // formatting keeps it from being inlined; this check is, and runs on every
 // decision.
 func (l *Limit) valid() bool {
 	return l.Requests >= 1 && l.Burst >= 0 && l.Period >= time.Millisecond &&
-		l.Period%time.Millisecond == 0 && l.Algorithm.Valid()
+		l.Period%time.Millisecond == 0 && l.Algorithm.Valid() &&
+		(l.Algorithm != SlidingLog || l.Requests <= MaxSlidingLogRequests)
 }
 
 // Result is the outcome of one limit for one request.
