@@ -13,6 +13,7 @@ import (
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/guard"
+	"github.com/extauthz/extauthz/pkg/ratelimit/redisstore"
 )
 
 // TestRedisIdempotencyStoreIsGuarded: with Redis configured the idempotency
@@ -22,7 +23,14 @@ import (
 func TestRedisIdempotencyStoreIsGuarded(t *testing.T) {
 	srv := redistest.Standalone(t)
 	reg := prometheus.NewRegistry()
-	rb := &redisBacked{client: srv.Client()}
+	// The client as production builds it: it honours the callers' deadlines
+	// and does not retry, so each hung call ends at its 100 ms.
+	client, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	rb := &redisBacked{client: client}
 	deps, err := newIdempotency(Config{KeyPrefix: "xa"}, rb, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
