@@ -1,14 +1,10 @@
 package idempotency
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
-)
 
-// maxKeyPart is the longest escaped scope or key kept verbatim in a storage
-// key; a longer one is replaced by its SHA-256 (bounding Redis key length).
-const maxKeyPart = 128
+	"github.com/extauthz/extauthz/internal/keypart"
+)
 
 // StorageKey returns the identity of (scope, key) inside a store:
 // "<escaped scope>|<escaped key>". Both parts are percent-escaped so that no
@@ -26,30 +22,7 @@ func StorageKey(scope, key string) string {
 	return b.String()
 }
 
-func writeKeyPart(b *strings.Builder, s string) {
-	esc := escapeKeyPart(s)
-	if len(esc) <= maxKeyPart {
-		b.WriteString(esc)
-		return
-	}
-	sum := sha256.Sum256([]byte(esc))
-	b.WriteByte('#')
-	b.WriteString(hex.EncodeToString(sum[:]))
-}
-
-func escapeKeyPart(s string) string {
-	const hexDigits = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c > 0x20 && c < 0x7f && strings.IndexByte("%|{}:#", c) < 0 {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	return b.String()
-}
+// writeKeyPart escapes s, or hashes it when longer than keypart.MaxLen; '|'
+// separates scope and key, the rest are keypart's required specials and ':'
+// (Redis key separator).
+func writeKeyPart(b *strings.Builder, s string) { keypart.Write(b, s, "%|{}:#") }

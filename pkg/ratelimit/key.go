@@ -1,9 +1,9 @@
 package ratelimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
+
+	"github.com/extauthz/extauthz/internal/keypart"
 )
 
 // Entry is one key/value pair of a descriptor.
@@ -14,7 +14,7 @@ type Entry struct {
 
 // MaxPartLen is the longest encoded part (tenant, domain, entry key or
 // value) kept verbatim in a key; a longer one is replaced by its SHA-256.
-const MaxPartLen = 128
+const MaxPartLen = keypart.MaxLen
 
 // Key builds the identity of a rate-limit state from a tenant (may be empty),
 // a domain and a descriptor's entries. Every part is escaped so that no value
@@ -39,55 +39,9 @@ func Key(tenant, domain string, entries []Entry) string {
 	return b.String()
 }
 
-// writePart appends the escaped (and, when long, hashed) form of s.
-func writePart(b *strings.Builder, s string) {
-	if !needsEscape(s) && len(s) <= MaxPartLen {
-		b.WriteString(s)
-		return
-	}
-	esc := escape(s)
-	if len(esc) <= MaxPartLen {
-		b.WriteString(esc)
-		return
-	}
-	sum := sha256.Sum256([]byte(esc))
-	b.WriteByte('#')
-	b.WriteString(hex.EncodeToString(sum[:]))
-}
+// keySpecial are the bytes escaped in every part besides non-printable
+// ones: the separators '|' and '=', ':' (Redis key separator), the braces of
+// the hash tag, and keypart's own '%' and '#'.
+const keySpecial = "%|=:{}#"
 
-// special reports whether c must be percent-escaped inside a key part:
-// separators, hash-tag braces, the escape and hash markers, and every byte
-// outside printable ASCII.
-func special(c byte) bool {
-	switch c {
-	case '%', '|', '=', ':', '{', '}', '#':
-		return true
-	}
-	return c < 0x21 || c > 0x7e
-}
-
-func needsEscape(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if special(s[i]) {
-			return true
-		}
-	}
-	return false
-}
-
-func escape(s string) string {
-	const hexDigits = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if special(c) {
-			b.WriteByte('%')
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&15])
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}
+func writePart(b *strings.Builder, s string) { keypart.Write(b, s, keySpecial) }
