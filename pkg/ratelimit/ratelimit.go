@@ -163,3 +163,18 @@ var (
 	// ErrClosed means the store was used after Close.
 	ErrClosed = errors.New("store closed")
 )
+
+// Batcher is the batch half of Store.
+type Batcher interface {
+	AllowBatch(ctx context.Context, reqs []Request) ([]Decision, error)
+}
+
+// AllowOne decides one limit for one key through b's AllowBatch: the Allow
+// of stores whose only decision path is the batch.
+func AllowOne(ctx context.Context, b Batcher, key string, limit Limit, hits int64) (Result, error) {
+	d, err := b.AllowBatch(ctx, []Request{{Key: key, Limits: []Limit{limit}, Hits: hits}})
+	if err != nil {
+		return Result{}, err
+	}
+	return d[0].Results[0], nil
+}

@@ -157,11 +157,7 @@ func withDefaults(primary ratelimit.Store, o Options) (Options, error) {
 
 // Allow decides one limit for one key.
 func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hits int64) (ratelimit.Result, error) {
-	d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{limit}, Hits: hits}})
-	if err != nil {
-		return ratelimit.Result{}, err
-	}
-	return d[0].Results[0], nil
+	return ratelimit.AllowOne(ctx, s, key, limit, hits)
 }
 
 // AllowBatch asks the primary unless the circuit is open; on a backend

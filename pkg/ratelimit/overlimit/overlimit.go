@@ -95,11 +95,7 @@ func New(inner ratelimit.Store, opts Options) (*Store, error) {
 
 // Allow decides one limit for one key.
 func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hits int64) (ratelimit.Result, error) {
-	d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{limit}, Hits: hits}})
-	if err != nil {
-		return ratelimit.Result{}, err
-	}
-	return d[0].Results[0], nil
+	return ratelimit.AllowOne(ctx, s, key, limit, hits)
 }
 
 // AllowBatch answers remembered denials locally and sends the rest to the

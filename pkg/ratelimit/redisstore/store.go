@@ -78,11 +78,7 @@ func New(client Client, opts Options) (*Store, error) {
 
 // Allow decides one limit for one key.
 func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hits int64) (ratelimit.Result, error) {
-	d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{limit}, Hits: hits}})
-	if err != nil {
-		return ratelimit.Result{}, err
-	}
-	return d[0].Results[0], nil
+	return ratelimit.AllowOne(ctx, s, key, limit, hits)
 }
 
 // AllowBatch decides each request atomically (all its limits or none),
