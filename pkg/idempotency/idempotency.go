@@ -26,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
 
 // Header is one HTTP header field. A name may appear more than once.
@@ -42,8 +44,11 @@ type Response struct {
 	Status int
 	// Headers are the replayable headers (see ReplayHeaders), in order.
 	Headers []Header
-	// Body is the response body, any bytes.
+	// Body is the response body, any bytes. Empty when BodyRef is set.
 	Body []byte
+	// BodyRef, when set, names a body kept in object storage (see
+	// pkg/idempotency/blob) instead of inline in the record.
+	BodyRef *blob.Ref
 }
 
 // TTLs bounds how long a key lives in each state.
@@ -225,6 +230,10 @@ func (r Response) Clone() Response {
 	}
 	if r.Body != nil {
 		c.Body = append([]byte(nil), r.Body...)
+	}
+	if r.BodyRef != nil {
+		ref := *r.BodyRef
+		c.BodyRef = &ref
 	}
 	return c
 }
