@@ -81,7 +81,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	services, err := newServices(cfg, store, src, metrics, idem)
+	services, err := newServices(cfg, store, src, metrics, idem, log)
 	if err != nil {
 		return err
 	}
@@ -113,9 +113,9 @@ func (l *serviceList) add(s grpcService, err error) {
 
 // newServices builds every gRPC service served. Add a server here with one
 // line: l.add(envoy.NewXxx(...)).
-func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps) ([]grpcService, error) {
+func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger) ([]grpcService, error) {
 	var l serviceList
-	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey)))
+	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey), envoy.WithRLSLogger(log)))
 	timeout := envoy.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
 	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, timeout))
 	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, timeout))
@@ -123,9 +123,12 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 }
 
 // newGRPCServer registers services, grpc.health.v1 (each service and the
-// whole server, "", SERVING) and reflection on one server.
+// whole server, "", SERVING) and reflection on one server. Every service
+// decodes with envoy.Codec: Envoy passes raw header bytes in proto3 string
+// fields, and grpc-go's default codec would fail those calls before any
+// handler ran (an error Envoy's filters usually turn into "admit").
 func newGRPCServer(services []grpcService) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.ForceServerCodecV2(envoy.NewCodec()))
 	for _, svc := range services {
 		svc.Register(g)
 	}

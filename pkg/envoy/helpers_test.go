@@ -99,15 +99,15 @@ func startRLS(t *testing.T, policyYAML string, opts ...RLSOption) *env {
 	return e
 }
 
-// serveLoopback serves svc on a loopback TCP port and returns a client
-// connection to it; both stop when the test ends.
+// serveLoopback serves svc on a loopback TCP port with the production
+// codec and returns a client connection to it; both stop when the test ends.
 func serveLoopback(t *testing.T, svc interface{ Register(grpc.ServiceRegistrar) }) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(NewCodec()))
 	svc.Register(srv)
 	done := make(chan struct{})
 	go func() {

@@ -51,7 +51,7 @@ type Metrics struct {
 //
 //	extauthz_decisions_total{api,domain,outcome}     one per RLS descriptor / per check
 //	extauthz_decision_duration_seconds{api}          time to answer one call
-//	extauthz_invalid_requests_total{api,reason}      calls rejected as InvalidArgument
+//	extauthz_invalid_requests_total{api,reason}      request parts decided by a fallback rule
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("envoy: nil prometheus registerer")
@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"api"}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "extauthz_invalid_requests_total",
-			Help: "Calls rejected with InvalidArgument, by API and reason.",
+			Help: "Request parts decided by a documented fallback rule instead of as they came (never an error to Envoy), by API and reason.",
 		}, []string{"api", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.invalid} {
@@ -90,7 +90,8 @@ func (m *Metrics) Latency(api string, d time.Duration) {
 	m.latency.WithLabelValues(api).Observe(d.Seconds())
 }
 
-// Invalid counts one rejected call; reason is one of a fixed set per API.
+// Invalid counts one request part decided by a fallback rule; reason is one
+// of a fixed set per API.
 func (m *Metrics) Invalid(api, reason string) {
 	m.invalid.WithLabelValues(api, reason).Inc()
 }

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"time"
 
@@ -46,6 +47,7 @@ type RLS struct {
 	policies  PolicySource
 	metrics   *Metrics
 	tenantKey string
+	anomalies sampledLog
 }
 
 // RLSOption configures NewRLS.
@@ -61,6 +63,13 @@ type RLSOption func(*RLS)
 // envoyproxy/ratelimit would.
 func WithTenantKey(key string) RLSOption {
 	return func(s *RLS) { s.tenantKey = key }
+}
+
+// WithRLSLogger logs the requests decided by a fallback rule (see
+// MaxDescriptors), at most one line per LogSampleInterval; nil (the
+// default) logs nothing. The lines never hold descriptor bytes.
+func WithRLSLogger(log *slog.Logger) RLSOption {
+	return func(s *RLS) { s.anomalies.log = log }
 }
 
 // NewRLS returns an RLS deciding with store under the policies' current
@@ -100,23 +109,24 @@ func (s *RLS) Register(r grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(r, s)
 }
 
-// ShouldRateLimit answers one RLS call. A malformed request is
-// codes.InvalidArgument; a store failure is codes.Unavailable (Envoy then
-// applies its failure_mode_deny setting).
+// ShouldRateLimit answers one RLS call. Every descriptor is decided,
+// whatever its bytes: one the request bounds or its shape keep from being
+// matched gets the outcome documented on MaxDescriptors and screen, and is
+// counted in extauthz_invalid_requests_total. The only error is a store
+// failure, codes.Unavailable (Envoy then applies its failure_mode_deny
+// setting), or the caller's own cancellation.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	defer func() { s.metrics.Latency(APIRateLimit, time.Since(start)) }()
 
-	if bad := validateRLS(req); bad != nil {
-		s.metrics.Invalid(APIRateLimit, bad.reason)
-		return nil, status.Error(codes.InvalidArgument, bad.msg)
-	}
 	dom := s.domain(req.GetDomain())
 	label := UnknownDomain
 	if dom != nil {
 		label = dom.Name
 	}
-	items, reqs := s.plan(dom, req)
+	fixed, anomalies := screen(req)
+	s.report(label, req, anomalies)
+	items, reqs := s.plan(dom, req, fixed)
 	decisions, err := s.decide(ctx, reqs)
 	if err != nil {
 		for range items {
@@ -125,10 +135,33 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		return nil, storeError(ctx, err)
 	}
 	resp := respond(items, decisions)
+	denyRejected(resp, items)
 	for _, it := range items {
 		s.metrics.Decision(APIRateLimit, label, it.outcome)
 	}
 	return resp, nil
+}
+
+// report counts and logs the anomalies of one request.
+func (s *RLS) report(domain string, req *rlsv3.RateLimitRequest, found []anomaly) {
+	for _, a := range found {
+		s.metrics.Invalid(APIRateLimit, a.reason)
+	}
+	if len(found) > 0 {
+		a := found[0]
+		s.anomalies.print("rate limit request decided by a fallback rule",
+			"domain", domain, "reason", a.reason, "anomalies", len(found), "first", describeAnomaly(a, req))
+	}
+}
+
+// denyRejected answers the descriptors rejected by a bound OVER_LIMIT.
+func denyRejected(resp *rlsv3.RateLimitResponse, items []planned) {
+	for i, it := range items {
+		if it.outcome == OutcomeRejected {
+			resp.Statuses[i].Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
 }
 
 func (s *RLS) domain(name string) *policy.Domain {

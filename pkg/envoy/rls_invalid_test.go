@@ -45,57 +45,104 @@ func withOverride(o *commonrlv3.RateLimitDescriptor_RateLimitOverride) *commonrl
 }
 
 func withDescHits(h uint64) *commonrlv3.RateLimitDescriptor {
-	d := desc("route", "/x")
+	d := desc("route", "/orders")
 	d.HitsAddend = wrapperspb.UInt64(h)
 	return d
 }
 
-// invalidCases can all be sent over the wire.
-var invalidCases = []struct {
-	name string
-	req  *rlsv3.RateLimitRequest
-	msg  string // a part of the error message
-}{
-	{"empty domain", request("", desc("route", "/x")), "domain must not be empty"},
-	{"huge domain", request(strings.Repeat("d", MaxEntryBytes+1), desc("route", "/x")), "domain is 1025 bytes"},
-	{"no descriptors", request("api"), "descriptors must not be empty"},
-	{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: manyDescriptors(MaxDescriptors + 1)}, "65 descriptors, more than 64"},
-	{"descriptor without entries", request("api", desc("route", "/x"), &commonrlv3.RateLimitDescriptor{}), "descriptors[1] has no entries"},
-	{"too many entries", request("api", manyEntries(MaxEntries+1)), "descriptors[0] has 17 entries, more than 16"},
-	{"empty key", request("api", desc("route", "/x", "", "v")), "descriptors[0].entries[1].key must not be empty"},
-	{"huge key", request("api", desc(strings.Repeat("k", MaxEntryBytes+1), "v")), "descriptors[0].entries[0].key is 1025 bytes"},
-	{"huge value", request("api", desc("route", strings.Repeat("v", 1<<20))), "descriptors[0].entries[0].value is 1048576 bytes"},
-	{"descriptor hits over uint32", request("api", withDescHits(math.MaxUint32+1)), "descriptors[0].hits_addend is 4294967296"},
-	{"descriptor hits max uint64", request("api", withDescHits(math.MaxUint64)), "hits_addend is 18446744073709551615"},
-	{"negative hits", request("api", &commonrlv3.RateLimitDescriptor{Entries: desc("a", "b").Entries, IsNegativeHits: true}), "is_negative_hits"},
-	{"override of 0 requests", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{Unit: typev3.RateLimitUnit_SECOND})), "requests_per_unit must be at least 1"},
-	{"override unknown unit", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1})), "unit UNKNOWN"},
-	{"override out-of-range unit", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99})), "not a known time unit"},
-	{"override period too long", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{
-		RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)})), "unit_multiplier 4294967295"},
+// boundCase is a request shape the server decides by a fallback rule.
+type boundCase struct {
+	name    string
+	req     *rlsv3.RateLimitRequest
+	overall rlsv3.RateLimitResponse_Code
+	codes   []rlsv3.RateLimitResponse_Code // per descriptor; nil: not checked
+	reason  string                         // extauthz_invalid_requests_total reason charged ("" none)
+	charged int                            // descriptors sent to the store
 }
 
-func TestRLSInvalidRequestsAreInvalidArgument(t *testing.T) {
+func repeatCode(c rlsv3.RateLimitResponse_Code, n int) []rlsv3.RateLimitResponse_Code {
+	out := make([]rlsv3.RateLimitResponse_Code, n)
+	for i := range out {
+		out[i] = c
+	}
+	return out
+}
+
+// boundCases can all be sent over the wire; none is an error.
+var boundCases = []boundCase{
+	{"empty domain", request("", desc("route", "/orders")), codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, "", 0},
+	{"huge domain", request(strings.Repeat("d", 4096), desc("route", "/orders")), codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, "", 0},
+	{"no descriptors", request("api"), codeOK, nil, reasonNoDescriptors, 0},
+	{"65 descriptors: 64 decided, the 65th denied", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: manyDescriptors(MaxDescriptors + 1)},
+		codeOver, append(repeatCode(codeOK, MaxDescriptors), codeOver), reasonDescriptors, 0},
+	{"descriptor without entries is unmatched, the other decided", request("api", desc("route", "/orders"), &commonrlv3.RateLimitDescriptor{}),
+		codeOK, []rlsv3.RateLimitResponse_Code{codeOK, codeOK}, reasonNoEntries, 1},
+	{"17 entries denied, the other decided", request("api", desc("route", "/orders"), manyEntries(MaxEntries+1)),
+		codeOver, []rlsv3.RateLimitResponse_Code{codeOK, codeOver}, reasonEntries, 1},
+	{"empty key is matched (no rule has one)", request("api", desc("route", "/orders", "", "v")), codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, reasonEmptyKey, 0},
+	{"huge key is matched", request("api", desc(strings.Repeat("k", 4096), "v")), codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, "", 0},
+	{"1 MiB value is decided", request("api", desc("route", strings.Repeat("v", MaxRequestBytes-5))), codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, "", 0},
+	{"bytes past the bound are denied", request("api", desc("route", "/orders"), desc("route", strings.Repeat("v", MaxRequestBytes))),
+		codeOver, []rlsv3.RateLimitResponse_Code{codeOK, codeOver}, reasonBytes, 1},
+	{"descriptor hits over uint32 is clamped and denied", request("api", withDescHits(math.MaxUint32+1)), codeOver, []rlsv3.RateLimitResponse_Code{codeOver}, reasonHits, 1},
+	{"descriptor hits max uint64 is clamped and denied", request("api", withDescHits(math.MaxUint64)), codeOver, []rlsv3.RateLimitResponse_Code{codeOver}, reasonHits, 1},
+	{"negative hits: nothing refunded", request("api", &commonrlv3.RateLimitDescriptor{Entries: desc("route", "/orders").Entries, IsNegativeHits: true}),
+		codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, reasonNegativeHits, 0},
+	{"override of 0 requests blocks", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{Unit: typev3.RateLimitUnit_SECOND})),
+		codeOver, []rlsv3.RateLimitResponse_Code{codeOver}, "", 0},
+	{"override unknown unit is ignored", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1})),
+		codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, reasonOverride, 0},
+	{"override out-of-range unit is ignored", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99})),
+		codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, reasonOverride, 0},
+	{"override period too long is clamped", request("api", withOverride(&commonrlv3.RateLimitDescriptor_RateLimitOverride{
+		RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)})),
+		codeOK, []rlsv3.RateLimitResponse_Code{codeOK}, reasonOverride, 1},
+}
+
+func TestRLSDecidesEveryRequestShape(t *testing.T) {
 	t.Parallel()
-	e := startRLS(t, ordersPolicy)
-	for _, c := range invalidCases {
-		_, err := e.client.ShouldRateLimit(context.Background(), c.req)
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), c.msg) {
-			t.Errorf("%s: err = %v, want InvalidArgument containing %q", c.name, err, c.msg)
-		}
-	}
-	if n := len(e.store.Calls()); n != 0 {
-		t.Errorf("%d store calls for invalid requests, want 0", n)
-	}
-	if got := counterValue(t, e.reg, "extauthz_invalid_requests_total", map[string]string{"api": APIRateLimit}); got == 0 {
-		t.Error("extauthz_invalid_requests_total not counted")
+	for _, c := range boundCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := startRLS(t, ordersPolicy)
+			resp, err := e.client.ShouldRateLimit(context.Background(), c.req)
+			if err != nil {
+				t.Fatalf("err = %v, want a decision", err)
+			}
+			if resp.GetOverallCode() != c.overall || len(resp.GetStatuses()) != len(c.req.GetDescriptors()) {
+				t.Fatalf("overall = %v with %d statuses, want %v with %d", resp.GetOverallCode(), len(resp.GetStatuses()), c.overall, len(c.req.GetDescriptors()))
+			}
+			for i, want := range c.codes {
+				if got := resp.GetStatuses()[i].GetCode(); got != want {
+					t.Errorf("statuses[%d] = %v, want %v", i, got, want)
+				}
+			}
+			charged := 0
+			for _, call := range e.store.Calls() {
+				charged += len(call)
+			}
+			if charged != c.charged {
+				t.Errorf("%d descriptors sent to the store, want %d", charged, c.charged)
+			}
+			got := counterValue(t, e.reg, "extauthz_invalid_requests_total", map[string]string{"api": APIRateLimit})
+			want := 0.0
+			if c.reason != "" {
+				want = counterValue(t, e.reg, "extauthz_invalid_requests_total", map[string]string{"api": APIRateLimit, "reason": c.reason})
+				if want == 0 {
+					t.Errorf("reason %q not counted", c.reason)
+				}
+			}
+			if got != want {
+				t.Errorf("invalid_requests_total = %v, want only reason %q (%v)", got, c.reason, want)
+			}
+		})
 	}
 }
 
 func TestRLSAcceptsRequestsAtTheBounds(t *testing.T) {
 	t.Parallel()
 	e := startRLS(t, ordersPolicy)
-	long := strings.Repeat("v", MaxEntryBytes)
+	long := strings.Repeat("v", 1024)
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
 		"64 descriptors":     {Domain: "api", Descriptors: manyDescriptors(MaxDescriptors)},
 		"16 entries":         request("api", manyEntries(MaxEntries)),
@@ -109,6 +156,9 @@ func TestRLSAcceptsRequestsAtTheBounds(t *testing.T) {
 		if _, err := e.client.ShouldRateLimit(context.Background(), req); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	if got := counterValue(t, e.reg, "extauthz_invalid_requests_total", map[string]string{"api": APIRateLimit}); got != 0 {
+		t.Errorf("invalid_requests_total = %v for requests within the bounds", got)
 	}
 }
 
@@ -134,8 +184,8 @@ func TestRLSNeverPanics(t *testing.T) {
 	for _, s := range []*RLS{e.rls, nilPolicy} {
 		for i, req := range reqs {
 			resp, err := s.ShouldRateLimit(context.Background(), req)
-			if err != nil && status.Code(err) != codes.InvalidArgument {
-				t.Errorf("request %d: %v, want OK or InvalidArgument", i, err)
+			if err != nil {
+				t.Errorf("request %d: %v, want a decision", i, err)
 			}
 			if err == nil && (resp.GetOverallCode() == rlsv3.RateLimitResponse_UNKNOWN || len(resp.GetStatuses()) != len(req.GetDescriptors())) {
 				t.Errorf("request %d: bad response %v", i, resp)
@@ -210,10 +260,11 @@ func TestNewRLSRejectsNilDependencies(t *testing.T) {
 	}
 }
 
-// FuzzShouldRateLimit feeds arbitrary wire bytes to the server: every
-// request either decodes to InvalidArgument or gets a complete answer.
+// FuzzShouldRateLimit feeds arbitrary wire bytes through the server's codec
+// to the server: every request that decodes gets a complete answer, never an
+// error.
 func FuzzShouldRateLimit(f *testing.F) {
-	for _, c := range invalidCases {
+	for _, c := range boundCases {
 		b, _ := proto.Marshal(c.req)
 		f.Add(b)
 	}
@@ -237,15 +288,15 @@ func FuzzShouldRateLimit(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req := &rlsv3.RateLimitRequest{}
-		if proto.Unmarshal(b, req) != nil {
+		if UnmarshalLenient(b, req) != nil {
+			if proto.Unmarshal(b, req) == nil {
+				t.Fatalf("the codec rejects %x, which proto accepts", b)
+			}
 			return
 		}
 		resp, err := s.ShouldRateLimit(context.Background(), req)
 		if err != nil {
-			if status.Code(err) != codes.InvalidArgument {
-				t.Fatalf("%v: %v", req, err)
-			}
-			return
+			t.Fatalf("%v: %v", req, err)
 		}
 		if resp.GetOverallCode() == rlsv3.RateLimitResponse_UNKNOWN || len(resp.GetStatuses()) != len(req.GetDescriptors()) {
 			t.Fatalf("incomplete response %v to %v", resp, req)

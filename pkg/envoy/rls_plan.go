@@ -34,14 +34,20 @@ type planned struct {
 func (p *planned) counted() bool { return p.outcome == "" }
 
 // plan matches every descriptor and returns one planned per descriptor and
-// the store requests of the counted ones.
-func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest) ([]planned, []ratelimit.Request) {
+// the store requests of the counted ones. fixed holds the outcomes screen
+// settled; those descriptors are not matched.
+func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest, fixed []string) ([]planned, []ratelimit.Request) {
 	descs := req.GetDescriptors()
 	items := make([]planned, len(descs))
 	keys := make([]string, len(descs))
+	for i := range items {
+		items[i].outcome = fixed[i]
+	}
 	if dom == nil {
 		for i := range items {
-			items[i].outcome = OutcomeNoMatch
+			if items[i].outcome == "" {
+				items[i].outcome = OutcomeNoMatch
+			}
 		}
 		return items, nil
 	}
@@ -49,6 +55,9 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest) ([]planned, 
 	// domain; it is looked up only when some descriptor starts with one.
 	strip, known := false, false
 	for i, d := range descs {
+		if fixed[i] != "" {
+			continue // screen guarantees entries to the others
+		}
 		if !known && s.tenantKey != "" && d.GetEntries()[0].GetKey() == s.tenantKey {
 			strip, known = !dom.HasTopLevelKey(s.tenantKey), true
 		}
@@ -65,10 +74,7 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest) ([]planned, 
 		if !items[i].counted() || items[i].blocked {
 			continue
 		}
-		h := hits
-		if w := descs[i].GetHitsAddend(); w != nil {
-			h = int64(w.GetValue()) // validated <= MaxHitsAddend; 0 checks without charging
-		}
+		h := descriptorHits(descs[i], hits)
 		items[i].batch, items[i].hits = len(reqs), h
 		reqs = append(reqs, ratelimit.Request{Key: keys[i], Limits: items[i].limits, Hits: h})
 	}
@@ -88,12 +94,12 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 	if ok && len(m.KeyEntries) > 0 {
 		keyEntries = m.KeyEntries
 	}
-	if o := d.GetLimit(); o != nil {
+	if terms, _ := overrideLimit(d.GetLimit()); d.GetLimit() != nil && terms.use {
 		var rule *policy.Rule
 		if ok {
 			rule = m.Rule
 		}
-		return overridePlan(rule, o, tenant, domain, keyEntries)
+		return overridePlan(rule, terms, tenant, domain, keyEntries)
 	}
 	switch {
 	case !ok:
@@ -132,11 +138,12 @@ func (s *RLS) splitTenant(in []*commonrlv3.RateLimitDescriptor_Entry, strip bool
 // applies whether or not a rule matched, shadow mode is off, and the
 // descriptor neither replaces nor is replaced. The override is part of the
 // key, so a changed override starts a fresh budget instead of inheriting a
-// state counted under other terms.
-func overridePlan(rule *policy.Rule, o *commonrlv3.RateLimitDescriptor_RateLimitOverride,
+// state counted under other terms. An override of 0 requests blocks, as a
+// rule's requests_per_unit: 0 does.
+func overridePlan(rule *policy.Rule, o overrideTerms,
 	tenant, domain string, keyEntries []ratelimit.Entry) (planned, string) {
-	period, _ := overridePeriod(o) // validated by validateRLS
-	l := ratelimit.Limit{Algorithm: ratelimit.GCRA, Requests: int64(o.GetRequestsPerUnit()), Period: period}
+	period := o.period
+	l := ratelimit.Limit{Algorithm: ratelimit.GCRA, Requests: o.requests, Period: period}
 	name := "override"
 	if rule != nil {
 		if len(rule.Limits) > 0 {
@@ -149,7 +156,7 @@ func overridePlan(rule *policy.Rule, o *commonrlv3.RateLimitDescriptor_RateLimit
 	// produce this suffix.
 	key := ratelimit.Key(tenant, domain, keyEntries) +
 		fmt.Sprintf("|#override=%s/%d/%dms", l.Algorithm, l.Requests, period.Milliseconds())
-	p := planned{rule: rule, override: true, limits: []ratelimit.Limit{l}, names: []string{name}}
+	p := planned{rule: rule, override: true, limits: []ratelimit.Limit{l}, names: []string{name}, blocked: o.requests == 0}
 	return p, key
 }
 

@@ -14,95 +14,141 @@ import (
 // matching route rate_limits entry and one entry per action, so real
 // requests are far below these; the bounds keep a hostile or broken caller
 // from making one call cost unbounded work, keys or metric series.
+//
+// A request past a bound is never an error (Envoy's ratelimit filter fails
+// open on errors, so an error would admit the whole request): the
+// descriptors within the bounds are decided as usual and every descriptor
+// past one is answered OVER_LIMIT without being counted (OutcomeRejected).
+// Only the shape of Envoy's configuration, or a caller that is not Envoy,
+// reaches the descriptor and entry bounds; the byte bound can be reached by
+// a client that controls a header used as a descriptor value, and then only
+// its own request is denied.
 const (
-	// MaxDescriptors is the most descriptors one request may carry.
+	// MaxDescriptors is the most descriptors of one request decided; the
+	// rest are rejected.
 	MaxDescriptors = 64
-	// MaxEntries is the most entries one descriptor may carry.
+	// MaxEntries is the most entries a decided descriptor may carry; a
+	// descriptor with more is rejected.
 	MaxEntries = 16
-	// MaxEntryBytes bounds the domain and each entry key and value, in bytes.
-	MaxEntryBytes = 1024
-	// MaxHitsAddend bounds a descriptor's hits_addend (the request-level
-	// field is a uint32 already): 64 descriptors of at most 2^32-1 hits
-	// each always sum within int64.
+	// MaxRequestBytes bounds the sum of the entry keys and values of the
+	// decided descriptors; the descriptor that crosses it and those after
+	// it are rejected. Values of any length below it are decided (keys hash
+	// long parts).
+	MaxRequestBytes = 1 << 20
+	// MaxHitsAddend is the largest hits_addend charged; a descriptor asking
+	// more is charged MaxHitsAddend (more than any limit holds, so it is
+	// denied). 64 descriptors of at most 2^32-1 hits each sum within int64.
 	MaxHitsAddend = math.MaxUint32
-	// MaxOverridePeriod bounds the period of a descriptor's limit override.
+	// MaxOverridePeriod bounds the period of a descriptor's limit override;
+	// a longer one is clamped to it.
 	MaxOverridePeriod = 10 * 365 * 24 * time.Hour
 )
 
-// Reasons, the "reason" label of extauthz_invalid_requests_total for the RLS.
+// Outcomes of descriptors the screen decides without the policy (the
+// "outcome" label of extauthz_decisions_total).
 const (
-	reasonDomain      = "domain"
-	reasonDescriptors = "descriptors"
-	reasonEntries     = "entries"
-	reasonHits        = "hits_addend"
-	reasonOverride    = "limit_override"
+	// OutcomeRejected: past a request bound; answered OVER_LIMIT, not counted.
+	OutcomeRejected = "rejected"
+	// OutcomeUnsupported: a refund (is_negative_hits); answered OK, nothing
+	// refunded or charged.
+	OutcomeUnsupported = "unsupported"
 )
 
-// invalidRequest is a request that breaks one of the rules above.
-type invalidRequest struct {
+// Reasons, the "reason" label of extauthz_invalid_requests_total for the
+// RLS: request parts that were decided by one of the rules above rather
+// than as they came.
+const (
+	reasonNoDescriptors = "no_descriptors"
+	reasonDescriptors   = "descriptors"
+	reasonEntries       = "entries"
+	reasonBytes         = "request_bytes"
+	reasonNoEntries     = "no_entries"
+	reasonEmptyKey      = "empty_key"
+	reasonHits          = "hits_addend"
+	reasonNegativeHits  = "negative_hits"
+	reasonOverride      = "limit_override"
+)
+
+// anomaly is one request part decided by a fallback rule.
+type anomaly struct {
+	index  int // descriptor index, -1 for the request
 	reason string
-	msg    string
 }
 
-func (e *invalidRequest) Error() string { return e.msg }
-
-func invalid(reason, format string, args ...any) *invalidRequest {
-	return &invalidRequest{reason: reason, msg: fmt.Sprintf(format, args...)}
-}
-
-// validateRLS returns the first problem of req, or nil.
-func validateRLS(req *rlsv3.RateLimitRequest) *invalidRequest {
-	switch {
-	case req == nil:
-		return invalid(reasonDescriptors, "empty request")
-	case req.GetDomain() == "":
-		return invalid(reasonDomain, "domain must not be empty")
-	case len(req.GetDomain()) > MaxEntryBytes:
-		return invalid(reasonDomain, "domain is %d bytes, more than %d", len(req.GetDomain()), MaxEntryBytes)
-	case len(req.GetDescriptors()) == 0:
-		return invalid(reasonDescriptors, "descriptors must not be empty")
-	case len(req.GetDescriptors()) > MaxDescriptors:
-		return invalid(reasonDescriptors, "%d descriptors, more than %d", len(req.GetDescriptors()), MaxDescriptors)
+// screen returns, per descriptor, the outcome fixed before matching ("" for
+// a descriptor that is planned normally), and the anomalies to report.
+func screen(req *rlsv3.RateLimitRequest) ([]string, []anomaly) {
+	descs := req.GetDescriptors()
+	outcomes := make([]string, len(descs))
+	var found []anomaly
+	if len(descs) == 0 {
+		found = append(found, anomaly{-1, reasonNoDescriptors})
 	}
-	for i, d := range req.GetDescriptors() {
-		if err := validateDescriptor(i, d); err != nil {
-			return err
+	total := 0
+	for i, d := range descs {
+		entries := d.GetEntries()
+		for _, e := range entries {
+			total += len(e.GetKey()) + len(e.GetValue())
+		}
+		var reason string
+		outcomes[i], reason = screenDescriptor(i, d, total)
+		if reason != "" {
+			found = append(found, anomaly{i, reason})
+		}
+		if reason = softAnomaly(d); reason != "" && outcomes[i] == "" {
+			found = append(found, anomaly{i, reason})
 		}
 	}
-	return nil
+	return outcomes, found
 }
 
-func validateDescriptor(i int, d *commonrlv3.RateLimitDescriptor) *invalidRequest {
-	entries := d.GetEntries()
+// screenDescriptor fixes the outcome of a descriptor that cannot be planned:
+// past a bound, rejected; no entries (nothing to match), no_match; a refund,
+// unsupported.
+func screenDescriptor(i int, d *commonrlv3.RateLimitDescriptor, total int) (outcome, reason string) {
 	switch {
-	case len(entries) == 0:
-		return invalid(reasonEntries, "descriptors[%d] has no entries", i)
-	case len(entries) > MaxEntries:
-		return invalid(reasonEntries, "descriptors[%d] has %d entries, more than %d", i, len(entries), MaxEntries)
+	case i >= MaxDescriptors:
+		return OutcomeRejected, reasonDescriptors
+	case len(d.GetEntries()) > MaxEntries:
+		return OutcomeRejected, reasonEntries
+	case total > MaxRequestBytes:
+		return OutcomeRejected, reasonBytes
+	case len(d.GetEntries()) == 0:
+		return OutcomeNoMatch, reasonNoEntries
 	case d.GetIsNegativeHits():
-		return invalid(reasonHits, "descriptors[%d].is_negative_hits: refunds are not supported", i)
-	case d.GetHitsAddend() != nil && d.GetHitsAddend().GetValue() > MaxHitsAddend:
-		return invalid(reasonHits, "descriptors[%d].hits_addend is %d, more than %d",
-			i, d.GetHitsAddend().GetValue(), uint64(MaxHitsAddend))
+		return OutcomeUnsupported, reasonNegativeHits
 	}
-	for j, e := range entries {
-		switch {
-		case e.GetKey() == "":
-			return invalid(reasonEntries, "descriptors[%d].entries[%d].key must not be empty", i, j)
-		case len(e.GetKey()) > MaxEntryBytes:
-			return invalid(reasonEntries, "descriptors[%d].entries[%d].key is %d bytes, more than %d",
-				i, j, len(e.GetKey()), MaxEntryBytes)
-		case len(e.GetValue()) > MaxEntryBytes:
-			return invalid(reasonEntries, "descriptors[%d].entries[%d].value is %d bytes, more than %d",
-				i, j, len(e.GetValue()), MaxEntryBytes)
+	return "", ""
+}
+
+// softAnomaly names a part of a planned descriptor that the plan reads by a
+// fallback rule: an empty entry key (matched as it is: no rule has one), a
+// hits_addend over MaxHitsAddend (clamped), an override that is not a
+// valid limit (see overrideLimit).
+func softAnomaly(d *commonrlv3.RateLimitDescriptor) string {
+	for _, e := range d.GetEntries() {
+		if e.GetKey() == "" {
+			return reasonEmptyKey
 		}
+	}
+	if d.GetHitsAddend().GetValue() > MaxHitsAddend {
+		return reasonHits
 	}
 	if o := d.GetLimit(); o != nil {
-		if _, err := overridePeriod(o); err != nil {
-			return invalid(reasonOverride, "descriptors[%d].limit: %s", i, err)
+		if _, exact := overrideLimit(o); !exact {
+			return reasonOverride
 		}
 	}
-	return nil
+	return ""
+}
+
+// descriptorHits is what one descriptor is charged: its own hits_addend
+// (0 checks without charging) clamped to MaxHitsAddend, else the request's.
+func descriptorHits(d *commonrlv3.RateLimitDescriptor, requestHits int64) int64 {
+	if w := d.GetHitsAddend(); w != nil {
+		return int64(min(w.GetValue(), MaxHitsAddend))
+	}
+	return requestHits
 }
 
 // unitDurations are the lengths of Envoy's rate-limit units, as
@@ -116,21 +162,46 @@ var unitDurations = map[typev3.RateLimitUnit]time.Duration{
 	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
 }
 
-// overridePeriod checks a limit override and returns its period.
-func overridePeriod(o *commonrlv3.RateLimitDescriptor_RateLimitOverride) (time.Duration, error) {
+// overrideTerms is what a limit override is read as.
+type overrideTerms struct {
+	// use is false when the override is ignored (its unit is not a known
+	// time unit): the descriptor is then decided under the policy.
+	use      bool
+	requests int64 // 0 blocks every request, as requests_per_unit: 0 does in a rule
+	period   time.Duration
+}
+
+// overrideLimit reads a limit override. exact is false when a fallback
+// applied: an unknown unit (ignored), or a period past MaxOverridePeriod
+// (clamped). requests_per_unit 0 is read as a block, like a rule's.
+func overrideLimit(o *commonrlv3.RateLimitDescriptor_RateLimitOverride) (t overrideTerms, exact bool) {
 	unit, ok := unitDurations[o.GetUnit()]
 	if !ok {
-		return 0, fmt.Errorf("unit %s is not a known time unit", o.GetUnit())
-	}
-	if o.GetRequestsPerUnit() == 0 {
-		return 0, fmt.Errorf("requests_per_unit must be at least 1")
+		return overrideTerms{}, false
 	}
 	mult := int64(1)
 	if o.GetUnitMultiplier() != nil && o.GetUnitMultiplier().GetValue() > 0 {
 		mult = int64(o.GetUnitMultiplier().GetValue())
 	}
-	if mult > int64(MaxOverridePeriod/unit) {
-		return 0, fmt.Errorf("unit_multiplier %d makes a period longer than %s", mult, MaxOverridePeriod)
+	t = overrideTerms{use: true, requests: int64(o.GetRequestsPerUnit()), period: MaxOverridePeriod}
+	exact = mult <= int64(MaxOverridePeriod/unit)
+	if exact {
+		t.period = time.Duration(mult) * unit
 	}
-	return time.Duration(mult) * unit, nil
+	return t, exact
+}
+
+// describeAnomaly is the log text of one anomaly; it never holds request
+// bytes (values may be API keys or other credentials).
+func describeAnomaly(a anomaly, req *rlsv3.RateLimitRequest) string {
+	if a.index < 0 {
+		return fmt.Sprintf("%d descriptors", len(req.GetDescriptors()))
+	}
+	d := req.GetDescriptors()[a.index]
+	n := 0
+	for _, e := range d.GetEntries() {
+		n += len(e.GetKey()) + len(e.GetValue())
+	}
+	return fmt.Sprintf("descriptor %d of %d: %d entries, %d bytes",
+		a.index, len(req.GetDescriptors()), len(d.GetEntries()), n)
 }

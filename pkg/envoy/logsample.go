@@ -1,0 +1,34 @@
+package envoy
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// LogSampleInterval is the least time between two lines of one sampledLog:
+// request-shaped anomalies come from clients, and a client must not be able
+// to flood the log.
+const LogSampleInterval = 10 * time.Second
+
+// sampledLog prints at most one line per LogSampleInterval and reports how
+// many it suppressed since the last one. The zero value (nil log) is silent.
+type sampledLog struct {
+	log        *slog.Logger
+	next       atomic.Int64 // unix nanoseconds before which lines are dropped
+	suppressed atomic.Int64
+}
+
+func (l *sampledLog) print(msg string, args ...any) {
+	if l.log == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	next := l.next.Load()
+	if now < next || !l.next.CompareAndSwap(next, now+int64(LogSampleInterval)) {
+		l.suppressed.Add(1)
+		return
+	}
+	args = append(args, "suppressed", l.suppressed.Swap(0))
+	l.log.Warn(msg, args...)
+}
