@@ -73,8 +73,10 @@ func (s *Authz) Register(r grpc.ServiceRegistrar) {
 const authzDomain = "http"
 
 // Check answers one ext_authz call. A request without HTTP attributes is
-// codes.InvalidArgument; a failing rate-limit store is codes.Unavailable
-// (Envoy then applies failure_mode_allow / status_on_error).
+// denied with a 400 problem (a decision: see docs/envoy.md, "Error paths");
+// the only errors are a failing rate-limit store, codes.Unavailable (Envoy
+// then applies failure_mode_allow / status_on_error), and the caller's own
+// cancellation.
 func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := time.Now()
 	defer func() { s.metrics.Latency(APIExtAuthz, time.Since(start)) }()
@@ -82,7 +84,8 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	hr := req.GetAttributes().GetRequest().GetHttp()
 	if hr == nil || hr.GetMethod() == "" || hr.GetPath() == "" {
 		s.metrics.Invalid(APIExtAuthz, "no_http_request")
-		return nil, status.Error(codes.InvalidArgument, "CheckRequest has no attributes.request.http method and path")
+		s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeRejected)
+		return deniedResponse(codes.InvalidArgument, problemRequestMalformed()), nil
 	}
 	h := httpPolicy(s.policies.Current())
 	route := h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath())

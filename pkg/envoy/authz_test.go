@@ -285,8 +285,12 @@ func TestAuthzBodiesAndRoutes(t *testing.T) {
 	if r := e.check(t, checkReq("POST", "/elsewhere", nil)); r.GetOkResponse() == nil || r.GetDynamicMetadata() != nil {
 		t.Errorf("unmatched path: %v", r)
 	}
-	if _, err := e.authz.Check(context.Background(), &authv3.CheckRequest{}); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("empty CheckRequest: %v, want InvalidArgument", err)
+	for _, req := range []*authv3.CheckRequest{{}, checkReq("", "/orders/1", nil), checkReq("POST", "", nil)} {
+		r, err := e.authz.Check(context.Background(), req)
+		if err != nil {
+			t.Fatalf("CheckRequest without method or path: %v, want a decision", err)
+		}
+		wantDenied(t, r, 400, ProblemRequestMalformed)
 	}
 }
 
