@@ -94,11 +94,14 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 		return okResponse(nil, nil), nil
 	}
 	r := newCheckRequest(req)
-	r.tenant = httpTenant(h.Tenant, r.headers, r.principal, r.extensions)
+	caller := callerInput{headers: r.headers, principal: r.principal, extensions: r.extensions,
+		metadata: req.GetAttributes().GetMetadataContext(), address: req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()}
+	r.tenant = callerScope(h.Identity, caller)
+	r.missingStatus = h.Identity.MissingStatus
 
 	var rlHeaders []*corev3.HeaderValue
 	if len(route.Limits) > 0 && !h.IsExempt(r.path, r.headers.joined(), r.principal) {
-		over, hs, err := s.rateLimit(ctx, r.tenant, route)
+		over, hs, err := s.rateLimit(ctx, limitScope(r.tenant, caller), route)
 		if err != nil {
 			s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeError)
 			return nil, status.Error(codes.Unavailable, "rate-limit store: "+err.Error())

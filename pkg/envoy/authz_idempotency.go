@@ -70,31 +70,16 @@ func headersFromMap(m map[string]string) headerList {
 	return h
 }
 
-// httpTenant resolves a request's tenant from the policy's sources: the
-// header, then the mTLS principal, then the route's context extension; the
-// first non-empty one wins, else the policy's default.
-func httpTenant(src policy.TenantSource, hs headerList, principal string, ext map[string]string) string {
-	if src.Header != "" {
-		if v, _ := hs.get(strings.ToLower(src.Header)); v != "" {
-			return v
-		}
-	}
-	if src.Principal && principal != "" {
-		return principal
-	}
-	if src.ContextExtension != "" && ext[src.ContextExtension] != "" {
-		return ext[src.ContextExtension]
-	}
-	return src.Default
-}
-
 // idemRequest is what both servers know of a request for idempotency.
 type idemRequest struct {
 	method, path string // path is the request target, query included
 	headers      headerList
 	body         []byte
-	tenant       string
-	partialBody  bool // Envoy cut the body: it cannot be fingerprinted
+	tenant       string // the caller's scope; "" when no identity source names it
+	partialBody  bool   // Envoy cut the body: it cannot be fingerprinted
+	// missingStatus answers a keyed request without a tenant (policy
+	// identity.missing_status).
+	missingStatus int
 }
 
 // gateKind is what the idempotency gate decided for a request.
@@ -214,6 +199,9 @@ func (g *gate) decide(ctx context.Context, api string, route *policy.Route, r id
 	case r.partialBody:
 		g.events.Count(api, idempotency.EventBodyTooBig)
 		return gateResult{kind: gateReply, reply: problemBodyTooLarge()}
+	case r.tenant == "":
+		// No shared scope: two unnamed callers' keys must never meet.
+		return gateResult{kind: gateReply, reply: problemIdentityMissing(r.missingStatus)}
 	}
 	return g.begin(ctx, api, r.tenant, key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
 }

@@ -244,7 +244,9 @@ func TestAuthzRateLimits(t *testing.T) {
 }
 
 // The tenant comes from the header, else the mTLS principal, else the
-// route's context extension, else the policy default; it scopes keys.
+// route's context extension (the legacy tenant section mapped onto the
+// identity chain); it scopes keys, each source under its own tag. Without
+// any, a keyed request is 401: the old default is no longer a shared scope.
 func TestAuthzTenantSources(t *testing.T) {
 	e := startIdem(t, idemPolicy)
 	scopeOf := func(req *authv3.CheckRequest) string {
@@ -262,15 +264,16 @@ func TestAuthzTenantSources(t *testing.T) {
 		want string
 	}{
 		{withPeer(checkReq("POST", "/orders/1", nil, "idempotency-key", "k1", "x-tenant-id", "hdr"), spiffe, map[string]string{"tenant": "ext"}), "hdr"},
-		{withPeer(checkReq("POST", "/orders/1", nil, "idempotency-key", "k2"), spiffe, map[string]string{"tenant": "ext"}), spiffe},
-		{withPeer(checkReq("POST", "/orders/1", nil, "idempotency-key", "k3"), "", map[string]string{"tenant": "ext"}), "ext"},
-		{checkReq("POST", "/orders/1", nil, "idempotency-key", "k4"), "public"},
+		{withPeer(checkReq("POST", "/orders/1", nil, "idempotency-key", "k2"), spiffe, map[string]string{"tenant": "ext"}), "~p~" + spiffe},
+		{withPeer(checkReq("POST", "/orders/1", nil, "idempotency-key", "k3"), "", map[string]string{"tenant": "ext"}), "~x~ext"},
+		{checkReq("POST", "/orders/1", nil, "idempotency-key", "k4", "x-tenant-id", "~p~"+spiffe), "~t~~p~" + spiffe},
 	}
 	for _, tc := range tests {
 		if got := scopeOf(tc.req); got != tc.want {
 			t.Errorf("tenant %q, want %q", got, tc.want)
 		}
 	}
+	wantDenied(t, e.check(t, checkReq("POST", "/orders/1", nil, "idempotency-key", "k5")), 401, ProblemIdentityMissing)
 }
 
 // Edge cases: a partial body cannot be fingerprinted (413); a body sent as

@@ -97,7 +97,7 @@ func TestExtProcTenantIsolation(t *testing.T) {
 	e := startIdem(t, idemPolicy)
 	pairs := [][2]string{
 		{"a|b", "c"}, {"a", "b|c"}, {"a", "b%7Cc"}, {"a%7Cb", "c"}, {"a}", "{b"}, {"a", "}{b"},
-		{"a:idem:{x", "y}"}, {"a", `x\`}, {"A", "b|c"}, {"", "k"}, {"public", "k2"}, {"a#", "x"},
+		{"a:idem:{x", "y}"}, {"a", `x\`}, {"A", "b|c"}, {"~p~x", "k"}, {"public", "k2"}, {"a#", "x"},
 	}
 	for i, p := range pairs {
 		s, ir := e.postA(t, "/orders/1", p[0], `"`+escapeSF(p[1])+`"`, []byte("{}"))
@@ -110,9 +110,10 @@ func TestExtProcTenantIsolation(t *testing.T) {
 		_, ir := e.postA(t, "/orders/1", p[0], `"`+escapeSF(p[1])+`"`, []byte("{}"))
 		wantReplayIR(t, ir, 201, []byte{byte('A' + i)})
 	}
-	// The empty tenant header falls back to the default scope "public".
-	_, ir := e.postA(t, "/orders/1", "public", "k", []byte("{}"))
-	wantReplayIR(t, ir, 201, []byte{byte('A' + 9)})
+	// No identity is never the shared scope of the old default ("public"):
+	// the keyed request is answered 401.
+	_, ir := e.postA(t, "/orders/1", "", "k", []byte("{}"))
+	wantProblemIR(t, ir, 401, ProblemIdentityMissing)
 }
 
 func escapeSF(s string) string {

@@ -110,9 +110,11 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	case key == "":
 		return continueRequestHeaders()
 	}
-	principal := st.attrs["source.principal"].GetStringValue()
-	p := &pendingBegin{id: id, key: key,
-		req: idemRequest{method: method, path: path, headers: hs, tenant: httpTenant(st.pol.Tenant, hs, principal, nil)}}
+	scope := st.callerScope(hs)
+	if scope == "" { // never one scope shared by every unnamed caller
+		return immediate(problemIdentityMissing(st.pol.Identity.MissingStatus), "extauthz_identity_missing")
+	}
+	p := &pendingBegin{id: id, key: key, req: idemRequest{method: method, path: path, headers: hs, tenant: scope}}
 	if h.GetEndOfStream() {
 		return requestHeadersReply(st.begin(p))
 	}

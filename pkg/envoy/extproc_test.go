@@ -267,7 +267,7 @@ func TestExtProcAloneBodilessRequest(t *testing.T) {
 	e := startIdem(t, idemPolicy)
 	open := func() (*stream, *extprocv3.ProcessingResponse) {
 		s := e.open(t)
-		return s, s.send(reqHeaders(buffered, true, nil, ":method", "POST", ":path", "/orders/x", "idempotency-key", "nobody"))
+		return s, s.send(reqHeaders(buffered, true, nil, ":method", "POST", ":path", "/orders/x", "idempotency-key", "nobody", "x-tenant-id", "t"))
 	}
 	s, r := open()
 	if r.GetRequestHeaders() == nil {

@@ -8,9 +8,14 @@ import (
 // http reads the `http` section: tenant source, exemptions and routes.
 func (d *decoder) http(f field) *HTTP {
 	h := &HTTP{}
+	var identity, tenant *field
 	for _, kv := range d.fields(f.node, f.path) {
 		switch kv.key {
+		case "identity":
+			identity = &kv
+			h.Identity = d.identity(kv)
 		case "tenant":
+			tenant = &kv
 			d.tenant(kv, &h.Tenant)
 		case "exempt":
 			d.exempt(kv, &h.Exempt)
@@ -19,6 +24,12 @@ func (d *decoder) http(f field) *HTTP {
 		default:
 			d.unknown(kv)
 		}
+	}
+	switch {
+	case identity != nil && tenant != nil:
+		d.problem(tenant.line, tenant.path, "set identity or tenant, not both (tenant is the older form of identity)")
+	case identity == nil:
+		h.Identity = legacyIdentity(h.Tenant)
 	}
 	return h
 }

@@ -107,7 +107,11 @@ type Match struct {
 
 // HTTP is the policy of the ext_authz and ext_proc servers.
 type HTTP struct {
-	// Tenant says where a request's tenant comes from.
+	// Identity names the caller: it scopes the HTTP limits and the
+	// Idempotency-Key records. Without an identity section it is built
+	// from Tenant.
+	Identity Identity
+	// Tenant is the older form of Identity, as it was written.
 	Tenant TenantSource
 	// Exempt requests skip the HTTP rate limits (health checks, internal callers).
 	Exempt Exemptions
@@ -124,7 +128,8 @@ type TenantSource struct {
 	Principal bool
 	// ContextExtension is a key of the route's ext_authz context_extensions.
 	ContextExtension string
-	// Default is the scope of requests without a tenant.
+	// Default is read for compatibility and no longer used: a request
+	// without an identity never shares one scope with others.
 	Default string
 }
 
