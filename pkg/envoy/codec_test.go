@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -225,4 +226,30 @@ func ExampleCodec() {
 	e := &commonrlv3.RateLimitDescriptor_Entry{}
 	fmt.Println(UnmarshalLenient(b, e), e.GetValue() == "tenant-\uFDD0FF")
 	// Output: <nil> true
+}
+
+// An api_key descriptor value is limited per key but never reaches a
+// counter key in clear.
+func TestRLSHashesSecretValues(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, `
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: fixed_window}
+`)
+	for i, want := range []rlsv3.RateLimitResponse_Code{codeOK, codeOver} {
+		for _, k := range []string{secretKey, secretKey + "2"} {
+			if got := e.call(t, request("api", desc("api_key", k))).GetOverallCode(); got != want {
+				t.Errorf("call %d, key %q: %v, want %v", i+1, k, got, want)
+			}
+		}
+	}
+	for _, call := range e.store.Calls() {
+		for _, r := range call {
+			if strings.Contains(r.Key, secretKey) || !strings.Contains(r.Key, "sha256") {
+				t.Errorf("counter key %q: want the API key hashed", r.Key)
+			}
+		}
+	}
 }

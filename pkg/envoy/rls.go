@@ -47,7 +47,27 @@ type RLS struct {
 	policies  PolicySource
 	metrics   *Metrics
 	tenantKey string
+	secret    map[string]bool
 	anomalies sampledLog
+}
+
+// DefaultSecretKeys are the descriptor entry keys whose values are hashed
+// unless WithSecretKeys says otherwise: the API key of envoy/*.yaml's
+// identity chain.
+var DefaultSecretKeys = []string{"api_key"}
+
+// WithSecretKeys names descriptor entry keys whose values are credentials
+// (API keys): each such value is replaced by "sha256:" and its hex SHA-256
+// before matching, so the credential never reaches a counter key in Redis,
+// a log line or a metric label (detailed_metric) in clear. Rules match such
+// entries by key only (a per-value budget), which a hash serves equally.
+func WithSecretKeys(keys ...string) RLSOption {
+	return func(s *RLS) {
+		s.secret = map[string]bool{}
+		for _, k := range keys {
+			s.secret[k] = true
+		}
+	}
 }
 
 // RLSOption configures NewRLS.
@@ -84,6 +104,7 @@ func NewRLS(store ratelimit.Store, policies PolicySource, metrics *Metrics, opts
 		return nil, errors.New("envoy: NewRLS: nil metrics")
 	}
 	s := &RLS{store: store, policies: policies, metrics: metrics, tenantKey: DefaultTenantKey}
+	WithSecretKeys(DefaultSecretKeys...)(s)
 	for _, o := range opts {
 		if o != nil {
 			o(s)

@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -125,6 +127,10 @@ func (s *RLS) splitTenant(in []*commonrlv3.RateLimitDescriptor_Entry, strip bool
 	entries := make([]ratelimit.Entry, len(in))
 	for i, e := range in {
 		entries[i] = ratelimit.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		if s.secret[e.GetKey()] {
+			sum := sha256.Sum256([]byte(e.GetValue()))
+			entries[i].Value = "sha256:" + hex.EncodeToString(sum[:])
+		}
 	}
 	if strip && len(entries) > 0 && entries[0].Key == s.tenantKey {
 		return entries[0].Value, entries[1:]
