@@ -57,7 +57,8 @@ func TestExamplePolicy(t *testing.T) {
 	}
 	for _, e := range [][]string{
 		{"route", "orders"}, {"route", "payments"}, {"route", "default"}, {"route", "v2-users"},
-		{"method", "write"}, {"remote_address", "10.1.2.3"}, {"remote_address", "127.0.0.1"},
+		{"method", "write"}, {"no_api_key", "true", "remote_address", "10.1.2.3"},
+		{"no_api_key", "true", "remote_address", "127.0.0.1"}, {"api_key", "sha256:00"},
 		{"plan", "free", "route", "reports"}, {"plan", "pro", "route", "orders"},
 	} {
 		if _, ok := edge.Match(entries(e...)); !ok {

@@ -7,13 +7,14 @@ import (
 
 // Route returns the first route that matches the request, or nil. host is
 // the request's Host or :authority ("" when unknown: only routes without
-// hosts match then); the path is matched without its query string.
+// hosts match then); the path is matched in its canonical form (see
+// canonicalPath), path_prefix ignoring ASCII case.
 func (h *HTTP) Route(host, method, path string) *Route {
 	if h == nil {
 		return nil
 	}
 	name, port := splitHost(host)
-	path = stripQuery(path)
+	path = canonicalPath(path)
 	for _, r := range h.Routes {
 		if r.matches(name, port, method, path) {
 			return r
@@ -37,7 +38,7 @@ func (r *Route) Matches(host, method, path string) bool {
 		return false
 	}
 	name, port := splitHost(host)
-	return r.matches(name, port, method, stripQuery(path))
+	return r.matches(name, port, method, canonicalPath(path))
 }
 
 func (r *Route) matches(hostName, hostPort, method, path string) bool {
@@ -50,11 +51,13 @@ func (r *Route) matches(hostName, hostPort, method, path string) bool {
 	if r.pathRegex != nil {
 		return r.pathRegex.MatchString(path)
 	}
-	return r.pathPrefix != "" && strings.HasPrefix(path, r.pathPrefix)
+	return r.pathPrefix != "" && hasPrefixFold(path, r.pathPrefix)
 }
 
 // IsExempt reports whether no HTTP rate limit applies to a request: its path
-// (without the query string) starts with an exempt prefix, one of its
+// (without the query string) starts with an exempt prefix and is already
+// canonical (no `//`, dot segments, escaped slashes or unreserved
+// characters: `/healthz/../orders` is not exempt), one of its
 // headers has an exempt value, or its principal is exempt. Header names in
 // headers must be lower-case, as Envoy passes them. (It is not named Exempt
 // because that is the name of the field it reads.)
@@ -63,8 +66,9 @@ func (h *HTTP) IsExempt(path string, headers map[string]string, principal string
 		return false
 	}
 	path = stripQuery(path)
+	canonical := path == canonicalPath(path)
 	for _, p := range h.Exempt.PathPrefixes {
-		if strings.HasPrefix(path, p) {
+		if canonical && strings.HasPrefix(path, p) {
 			return true
 		}
 	}
