@@ -136,3 +136,43 @@ func TestAuthzHeaderTricks(t *testing.T) {
 		t.Errorf("over_limit decisions = %v, want %d", got, len(cases)+1)
 	}
 }
+
+// TestExtProcHostileKeysAndTenants: malformed Idempotency-Keys are 400
+// and counted as malformed; hostile tenants (raw header_map bytes) each get
+// their own execution and their own replay.
+func TestExtProcHostileKeysAndTenants(t *testing.T) {
+	e := startIdem(t, idemPolicy)
+	badKeys := map[string][]string{
+		"10 KB key":   {"idempotency-key", `"` + strings.Repeat("k", 10<<10) + `"`},
+		"NUL in key":  {"idempotency-key", "\"a\x00b\""},
+		"non-ASCII":   {"idempotency-key", "\"\xff\""},
+		"repeated":    {"idempotency-key", `"a"`, "idempotency-key", `"b"`},
+		"Upper-case":  {"Idempotency-Key", `"a"`, "IDEMPOTENCY-KEY", `"b"`},
+		"empty":       {"idempotency-key", `""`},
+		"unquoted ws": {"idempotency-key", "a b"},
+	}
+	for name, kv := range badKeys {
+		_, ir := e.postA(t, "/orders/1", "acme", "", []byte("{}"), kv...)
+		if ir == nil || ir.GetStatus().GetCode() != 400 {
+			t.Errorf("%s: answered %v, want 400", name, ir)
+		}
+	}
+	if got := counterValue(t, e.reg, "extauthz_idempotency_events_total", map[string]string{"api": APIExtProc, "event": "malformed"}); got != float64(len(badKeys)) {
+		t.Errorf("malformed events = %v, want %d", got, len(badKeys))
+	}
+	tenants := []string{"\xff", "\uFDD0FF", strings.Repeat("t", 10<<10), "a\x00b", "a|b", "a%7Cb", "{x}", "~p~spiffe://x", "acme,other"}
+	for i, tenant := range tenants {
+		s, ir := e.postA(t, "/orders/1", tenant, `"same"`, []byte("{}"))
+		if ir != nil {
+			t.Fatalf("tenant %q: answered %d, want its own execution", tenant, ir.GetStatus().GetCode())
+		}
+		s.upstream(201, []byte{byte('a' + i)}, viaUpstream, 0)
+	}
+	for i, tenant := range tenants {
+		_, ir := e.postA(t, "/orders/1", tenant, `"same"`, []byte("{}"))
+		wantReplayIR(t, ir, 201, []byte{byte('a' + i)})
+	}
+	if got := counterValue(t, e.reg, "extauthz_idempotency_events_total", map[string]string{"api": APIExtProc, "event": "replayed"}); got != float64(len(tenants)) {
+		t.Errorf("replayed events = %v, want %d", got, len(tenants))
+	}
+}

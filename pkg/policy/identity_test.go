@@ -80,3 +80,38 @@ func TestIdentityErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLoaderHostileInput: odd bytes in a policy file are loaded or
+// rejected with an error naming the file, never a panic; what loads means
+// what it says.
+func TestLoaderHostileInput(t *testing.T) {
+	t.Parallel()
+	bad := []struct{ name, yaml string }{
+		{"invalid UTF-8", "domain: \xff\xfe\ndescriptors: [{key: a}]"},
+		{"NUL byte", "domain: a\x00b\ndescriptors: [{key: a}]"},
+		{"tab indentation", "domain: d\ndescriptors:\n\t- key: a"},
+		{"exempt prefix without slash", "http:\n  exempt: {path_prefixes: [healthz]}\n  routes: [{name: r, path_prefix: /}]"},
+		{"route host wildcard in the middle", "http:\n  routes: [{name: r, path_prefix: /, hosts: ['a*b.com']}]"},
+		{"hops too large", "http:\n  identity: {sources: [{client_address: {xff_trusted_hops: 99999999999999999999}}]}\n  routes: [{name: r, path_prefix: /}]"},
+	}
+	for _, tc := range bad {
+		if msg, _ := loadErr(t, "hostile.yaml", tc.yaml); !strings.Contains(msg, "hostile.yaml") {
+			t.Errorf("%s: error %q does not name the file", tc.name, msg)
+		}
+	}
+	// Separators and long values in descriptor values load, and match
+	// exactly themselves.
+	long := strings.Repeat("v", 4096)
+	p := mustLoad(t, "ok.yaml", "domain: d\ndescriptors:\n  - {key: 'k{|}:%', value: 'v{|}:%#=', rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: long, value: '"+long+"', rate_limit: {unit: second, requests_per_unit: 1}}\n")
+	d := p.Domain("d")
+	for _, e := range [][]string{{"k{|}:%", "v{|}:%#="}, {"long", long}} {
+		if _, ok := d.Match(entries(e...)); !ok {
+			t.Errorf("%q does not match itself", e[0])
+		}
+	}
+	for _, e := range [][]string{{"k{|}:%", "v{|}:%#"}, {"k{|}", "v{|}:%#="}, {"long", long[1:]}} {
+		if _, ok := d.Match(entries(e...)); ok {
+			t.Errorf("%q matched another value", e)
+		}
+	}
+}
