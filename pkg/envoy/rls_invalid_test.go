@@ -30,6 +30,15 @@ func manyDescriptors(n int) []*commonrlv3.RateLimitDescriptor {
 	return out
 }
 
+// manyMatching is n descriptors that each count against "orders".
+func manyMatching(n int) []*commonrlv3.RateLimitDescriptor {
+	out := make([]*commonrlv3.RateLimitDescriptor, n)
+	for i := range out {
+		out[i] = desc("route", "/orders")
+	}
+	return out
+}
+
 func manyEntries(n int) *commonrlv3.RateLimitDescriptor {
 	d := &commonrlv3.RateLimitDescriptor{}
 	for range n {
@@ -75,6 +84,8 @@ var boundCases = []boundCase{
 	{"no descriptors", request("api"), codeOK, nil, reasonNoDescriptors, 0},
 	{"65 descriptors: 64 decided, the 65th denied", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: manyDescriptors(MaxDescriptors + 1)},
 		codeOver, append(repeatCode(codeOK, MaxDescriptors), codeOver), reasonDescriptors, 0},
+	{"1000 descriptors: 64 decided and charged, 936 denied", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: manyMatching(1000)},
+		codeOver, append(repeatCode(codeOK, 10), codeOver), reasonDescriptors, MaxDescriptors},
 	{"descriptor without entries is unmatched, the other decided", request("api", desc("route", "/orders"), &commonrlv3.RateLimitDescriptor{}),
 		codeOK, []rlsv3.RateLimitResponse_Code{codeOK, codeOK}, reasonNoEntries, 1},
 	{"17 entries denied, the other decided", request("api", desc("route", "/orders"), manyEntries(MaxEntries+1)),
