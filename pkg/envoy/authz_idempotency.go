@@ -195,6 +195,9 @@ func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency
 	case idempotency.Mismatch:
 		g.events.Count(api, idempotency.EventMismatch)
 		return gateResult{kind: gateReply, reply: problemKeyReused()}
+	case idempotency.Unreplayable:
+		g.events.Count(api, idempotency.EventUnreplayable)
+		return gateResult{kind: gateReply, reply: problemNotReplayable(o.Response.Status)}
 	}
 	return gateResult{kind: gateReplay, stored: o.Response, key: key, fp: fp}
 }

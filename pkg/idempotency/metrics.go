@@ -31,10 +31,19 @@ const (
 	EventBodyTooBig  Event = "request_body" // the request body could not be fingerprinted
 )
 
+// Events of replies that ran but were not kept (completed, not replayable).
+const (
+	// EventNotKept: a reply ran but could not be kept; its key is
+	// completed as not replayable.
+	EventNotKept Event = "not_kept"
+	// EventUnreplayable: 409, a retry of a key whose reply was not kept.
+	EventUnreplayable Event = "unreplayable"
+)
+
 var allEvents = []Event{
 	EventAcquired, EventReplayed, EventConflict, EventMismatch, EventMissing, EventMalformed,
 	EventStored, EventReleased, EventKept, EventTooLarge, EventLeaseLost, EventStoreError,
-	EventFailOpen, EventUnavailable, EventSkipped, EventBodyTooBig,
+	EventFailOpen, EventUnavailable, EventSkipped, EventBodyTooBig, EventNotKept, EventUnreplayable,
 }
 
 // The APIs that report metrics (label values of "api", the same as the

@@ -95,6 +95,8 @@ func (s *Store) Begin(_ context.Context, scope, key string, fp idempotency.Finge
 		return idempotency.Outcome{Kind: idempotency.Mismatch}, nil
 	case r.state == inProgress:
 		return idempotency.Outcome{Kind: idempotency.InProgress, RetryAfter: max(r.expires.Sub(now), time.Millisecond)}, nil
+	case r.resp.NotReplayable:
+		return idempotency.Outcome{Kind: idempotency.Unreplayable, Response: r.resp.Clone()}, nil
 	default:
 		return idempotency.Outcome{Kind: idempotency.Replay, Response: r.resp.Clone()}, nil
 	}
@@ -108,9 +110,21 @@ func (s *Store) Complete(_ context.Context, l idempotency.Lease, resp idempotenc
 	if err := idempotency.CheckResponse(resp, s.maxBody); err != nil {
 		return err
 	}
-	return s.withLease(l, func(r *record, now time.Time) {
-		r.state, r.resp, r.expires = completed, resp.Clone(), now.Add(l.TTLs.Record)
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return idempotency.ErrClosed
+	}
+	now := s.now()
+	r := s.live(id{l.Scope, l.Key}, now)
+	switch {
+	case r != nil && r.state == completed && r.token == l.Token && r.resp.Equal(resp):
+		return nil // a repeated Complete: already done
+	case r == nil || r.state != inProgress || r.token != l.Token:
+		return idempotency.ErrLeaseLost
+	}
+	r.state, r.resp, r.expires = completed, resp.Clone(), now.Add(l.TTLs.Record)
+	return nil
 }
 
 // Release implements idempotency.Store.
@@ -118,7 +132,20 @@ func (s *Store) Release(_ context.Context, l idempotency.Lease) error {
 	if err := idempotency.CheckLease(l); err != nil {
 		return err
 	}
-	return s.withLease(l, func(*record, time.Time) { delete(s.records, id{l.Scope, l.Key}) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return idempotency.ErrClosed
+	}
+	r := s.live(id{l.Scope, l.Key}, s.now())
+	switch {
+	case r == nil:
+		return nil // free already: a repeated Release
+	case r.state != inProgress || r.token != l.Token:
+		return idempotency.ErrLeaseLost
+	}
+	delete(s.records, id{l.Scope, l.Key})
+	return nil
 }
 
 // Renew implements idempotency.Store.
