@@ -21,8 +21,8 @@ const (
 	EventMalformed   Event = "malformed"    // 400: the key is not valid
 	EventStored      Event = "stored"       // the upstream's response was stored
 	EventReleased    Event = "released"     // the lease was released: a retry runs again
-	EventKept        Event = "kept"         // unknown outcome: the lease is left to expire
-	EventTooLarge    Event = "too_large"    // the response exceeded the cap: released
+	EventKept        Event = "kept"         // no longer counted: unknown outcomes are not_kept
+	EventTooLarge    Event = "too_large"    // the response exceeded the cap: not kept
 	EventLeaseLost   Event = "lease_lost"   // fencing refused a stale owner
 	EventStoreError  Event = "store_error"  // the store failed
 	EventFailOpen    Event = "fail_open"    // store failed; admitted without a lease

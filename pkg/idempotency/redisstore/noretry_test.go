@@ -113,7 +113,7 @@ func TestClusterLostRepliesAreNotResent(t *testing.T) {
 	direct := cl.Client()
 	loadScripts(t, direct)
 	p := &holdingProxy{addrs: map[string]string{}}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, Dialer: p.dial(t), ReadTimeout: 50 * time.Millisecond})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, Dialer: p.dial(t), ReadTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { c.Close() })
 	s, err := redisstore.New(c, redisstore.Options{Prefix: "noretry"})
 	if err != nil {
@@ -129,11 +129,11 @@ func TestClusterLostRepliesAreNotResent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p.delay.Store(int64(300 * time.Millisecond))
+	p.delay.Store(int64(1500 * time.Millisecond))
 	if _, err := s.Begin(ctx, "t", "lost-begin", fp, ttls); err == nil {
 		t.Fatal("Begin succeeded although its reply was held past the read timeout")
 	}
-	time.Sleep(time.Second) // let anything re-sent reach Redis
+	time.Sleep(2 * time.Second) // let anything re-sent reach Redis
 	if n := p.sent(key); n != 1 {
 		t.Fatalf("Begin reached Redis %d times, want 1", n)
 	}
@@ -146,11 +146,11 @@ func TestClusterLostRepliesAreNotResent(t *testing.T) {
 		t.Fatalf("Begin: %v %v", o.Kind, err)
 	}
 	want := idempotency.Response{Status: 201, Body: []byte("created")}
-	p.delay.Store(int64(300 * time.Millisecond))
+	p.delay.Store(int64(1500 * time.Millisecond))
 	if err := s.Complete(ctx, o.Lease, want); err == nil {
 		t.Fatal("Complete succeeded although its reply was held past the read timeout")
 	}
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second)
 	if n := p.sent(s.Key("t", "lost-complete")); n != 2 { // Begin + one Complete
 		t.Fatalf("Begin and Complete reached Redis %d times, want 2", n)
 	}
