@@ -85,7 +85,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	s.grpc, s.health = newGRPCServer(services)
+	recv, send := cfg.grpcMessageLimits()
+	s.grpc, s.health = newGRPCServer(services, grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
 	s.http = newHTTPServer(s, reg)
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
@@ -124,8 +125,8 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 
 // newGRPCServer registers services, grpc.health.v1 (each service and the
 // whole server, "", SERVING) and reflection on one server.
-func newGRPCServer(services []grpcService) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer()
+func newGRPCServer(services []grpcService, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(opts...)
 	for _, svc := range services {
 		svc.Register(g)
 	}
