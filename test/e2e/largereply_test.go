@@ -4,9 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/extauthz/extauthz/test/e2e/upstream"
 )
@@ -49,4 +51,54 @@ func testLargeReplyNotKept(t *testing.T, s *stack, w wiring) {
 	if n := s.up.Executions(tenant, key); n != 1 {
 		t.Errorf("upstream executed %d times, want 1", n)
 	}
+}
+
+// TestLargeReplyMemory streams a 20 MiB reply through each wiring on its
+// own stack and logs the peak resident memory (VmHWM) of Envoy and of each
+// extauthz replica before and after: the figures in docs/idempotency.md.
+// It asserts only behaviour (the whole body delivered, one execution);
+// memory is reported, never asserted. Rerun:
+//
+//	ENVOY_BIN=/opt/envoy-venv/bin/envoy go test -count=1 -v -run TestLargeReplyMemory ./test/e2e/
+func TestLargeReplyMemory(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOpts{})
+	const size = 20 << 20
+	report := func(when string) {
+		line := "VmHWM " + when + ": envoy " + peakRSS(s.envoy)
+		for i, r := range s.replicas {
+			line += ", extauthz#" + strconv.Itoa(i) + " " + peakRSS(r.proc)
+		}
+		t.Log(line)
+	}
+	report("before")
+	for _, w := range []wiring{wiringB, wiringA} {
+		tenant, key := uniq("ti"), uniq("huge")
+		start := time.Now()
+		r := s.do(t, post(w, tenant, key, `{}`, upstream.HeaderStatus, "201", upstream.HeaderBodySize, strconv.Itoa(size)))
+		elapsed := time.Since(start)
+		sum := sha256.Sum256(r.body)
+		if r.status != http.StatusCreated || len(r.body) != size || hex.EncodeToString(sum[:]) != r.header.Get(upstream.HeaderBodySHA) {
+			t.Fatalf("%s: %d with %d bytes, want 201 with the upstream's %d bytes", w.name, r.status, len(r.body), size)
+		}
+		if n := s.up.Executions(tenant, key); n != 1 {
+			t.Errorf("%s: upstream executed %d times, want 1", w.name, n)
+		}
+		t.Logf("%s: 20 MiB delivered in %v (%.0f MB/s through Envoy and ext_proc)", w.name, elapsed.Round(time.Millisecond), float64(size)/1e6/elapsed.Seconds())
+		report("after " + w.name)
+	}
+}
+
+// peakRSS reads a process's VmHWM from /proc (Linux); "?" elsewhere.
+func peakRSS(p *proc) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			return strings.Join(strings.Fields(strings.TrimPrefix(l, "VmHWM:")), " ")
+		}
+	}
+	return "?"
 }
