@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -20,6 +21,7 @@ var largeReplyScenarios = func() []scenario {
 	for _, w := range []wiring{wiringB, wiringA} {
 		out = append(out,
 			scenario{w.name + "/2MiB_delivered_whole_never_rerun", func(t *testing.T, s *stack) { testLargeReplyNotKept(t, s, w) }},
+			scenario{w.name + "/client_gone_mid_reply_never_rerun", func(t *testing.T, s *stack) { testClientGoneMidReply(t, s, w) }},
 		)
 	}
 	return out
@@ -101,4 +103,48 @@ func peakRSS(p *proc) string {
 		}
 	}
 	return "?"
+}
+
+// A client that hangs up in the middle of a large reply: the upstream has
+// run, Envoy resets the stream and ends ext_proc's stream, and a retry
+// never runs the write again. (With no blob store the key is completed as
+// not replayable once the reply passes max_body_bytes, before the hang-up;
+// the unit test TestExtProcAloneUnfinishedStreamsAreNotKept covers a
+// stream that ends before its reply was judged.)
+func testClientGoneMidReply(t *testing.T, s *stack, w wiring) {
+	tenant, key := uniq("ti"), uniq("gone")
+	r := post(w, tenant, key, `{}`, upstream.HeaderStatus, "201", upstream.HeaderBodySize, strconv.Itoa(20<<20))
+	hr, err := http.NewRequest(r.method, s.url+r.path, strings.NewReader(string(r.body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range r.header {
+		hr.Header.Set(k, v)
+	}
+	// A client of its own, so that hanging up closes only this connection.
+	c := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	resp, err := c.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1<<20)); err != nil {
+		t.Fatalf("reading the first MiB: %v", err)
+	}
+	resp.Body.Close() // hang up with most of the body unread
+	c.CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		again := s.do(t, post(w, tenant, key, `{}`))
+		if again.status == http.StatusConflict && strings.Contains(string(again.body), "idempotency-response-not-replayable") {
+			break
+		}
+		// Until Envoy has torn the stream down the key is in progress (409).
+		if again.status != http.StatusConflict || time.Now().After(deadline) {
+			t.Fatalf("retry: %s, want 409 in progress, then 409 not replayable", again)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := s.up.Executions(tenant, key); n != 1 {
+		t.Errorf("upstream executed %d times, want 1", n)
+	}
 }
