@@ -86,7 +86,7 @@ func TestLargeReplyMemory(t *testing.T) {
 		if n := s.up.Executions(tenant, key); n != 1 {
 			t.Errorf("%s: upstream executed %d times, want 1", w.name, n)
 		}
-		t.Logf("%s: 20 MiB delivered in %v (%.0f MB/s through Envoy and ext_proc)", w.name, elapsed.Round(time.Millisecond), float64(size)/1e6/elapsed.Seconds())
+		t.Logf("%s: %d MiB delivered in %v (%.0f MB/s through Envoy and ext_proc)", w.name, size>>20, elapsed.Round(time.Millisecond), float64(size)/1e6/elapsed.Seconds())
 		report("after " + w.name)
 	}
 }
