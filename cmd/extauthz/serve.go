@@ -85,7 +85,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	s.grpc, s.health = newGRPCServer(services)
+	recv, send := cfg.grpcMessageLimits()
+	s.grpc, s.health = newGRPCServer(services, grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
 	s.http = newHTTPServer(s, reg)
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
@@ -127,8 +128,8 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 // decodes with envoy.Codec: Envoy passes raw header bytes in proto3 string
 // fields, and grpc-go's default codec would fail those calls before any
 // handler ran (an error Envoy's filters usually turn into "admit").
-func newGRPCServer(services []grpcService) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(grpc.ForceServerCodecV2(envoy.NewCodec()))
+func newGRPCServer(services []grpcService, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(envoy.NewCodec())}, opts...)...)
 	for _, svc := range services {
 		svc.Register(g)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -180,6 +181,9 @@ func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency
 	case idempotency.Mismatch:
 		g.events.Count(api, idempotency.EventMismatch)
 		return gateResult{kind: gateReply, reply: problemKeyReused()}
+	case idempotency.Unreplayable:
+		g.events.Count(api, idempotency.EventUnreplayable)
+		return gateResult{kind: gateReply, reply: problemNotReplayable(o.Response.Status)}
 	}
 	return gateResult{kind: gateReplay, stored: o.Response, key: key, fp: fp}
 }
@@ -203,7 +207,19 @@ func (g *gate) decide(ctx context.Context, api string, route *policy.Route, r id
 		// No shared scope: two unnamed callers' keys must never meet.
 		return gateResult{kind: gateReply, reply: problemIdentityMissing(r.missingStatus)}
 	}
-	return g.begin(ctx, api, r.tenant, key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
+	return g.begin(ctx, api, keyScope(r.tenant, route), key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
+}
+
+// keyScope is the store scope of a route's keys: the caller's scope, or
+// with key_scope route the route's name and the caller's scope. The route
+// form is tagged like the identity sources' scopes (a tenant header value
+// never starts with scopeMark untagged) and length-prefixes the name, so
+// no caller scope can forge a route scope or another route's.
+func keyScope(tenant string, route *policy.Route) string {
+	if route.Idempotency.KeyScope == policy.KeyScopeRoute {
+		return scopeRoute + strconv.Itoa(len(route.Name)) + ":" + route.Name + tenant
+	}
+	return tenant
 }
 
 // replayReply renders a stored response for replay: its status, body and

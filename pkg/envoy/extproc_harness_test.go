@@ -103,8 +103,9 @@ func startIdem(t *testing.T, yaml string) *idemEnv {
 	return startIdemStore(t, yaml, nil)
 }
 
-// startIdemStore is startIdem over a given store (nil: memory).
-func startIdemStore(t *testing.T, yaml string, store idempotency.Store) *idemEnv {
+// startIdemStore is startIdem over a given store (nil: memory), with
+// extra ExtProc options.
+func startIdemStore(t *testing.T, yaml string, store idempotency.Store, opts ...IdempotencyOption) *idemEnv {
 	t.Helper()
 	e := &idemEnv{clock: testclock.New(t0), reg: prometheus.NewRegistry(), ticks: make(chan time.Time)}
 	if store == nil {
@@ -126,7 +127,7 @@ func startIdemStore(t *testing.T, yaml string, store idempotency.Store) *idemEnv
 		t.Fatal(err)
 	}
 	ticker := func(time.Duration) (<-chan time.Time, func()) { return e.ticks, func() {} }
-	ep, err := NewExtProc(e.store, src, m, e.events, WithRenewTicker(ticker))
+	ep, err := NewExtProc(e.store, src, m, e.events, append(opts, WithRenewTicker(ticker))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
 
 // IdempotencyOption configures NewAuthz and NewExtProc.
@@ -14,13 +15,14 @@ type idemOptions struct {
 	storeTimeout time.Duration
 	maxReqBody   int
 	ticker       func(time.Duration) (<-chan time.Time, func())
+	blobs        blob.Store // nil: bodies over max_body_bytes are not kept
 }
 
 // Defaults of the options.
 const (
 	// DefaultStoreTimeout bounds one idempotency store call: well below
 	// Envoy's ext_authz timeout (250ms in envoy/) and ext_proc
-	// message_timeout (500ms), so that a dead Redis is answered by the
+	// message_timeout (2s), so that a dead Redis is answered by the
 	// route's failure mode instead of by Envoy's status_on_error.
 	DefaultStoreTimeout = 100 * time.Millisecond
 	// DefaultMaxRequestBody bounds the request body ext_proc buffers for a
@@ -59,6 +61,17 @@ func WithMaxRequestBody(n int) IdempotencyOption {
 	return func(o *idemOptions) {
 		if n > 0 {
 			o.maxReqBody = n
+		}
+	}
+}
+
+// WithBlobStore keeps response bodies larger than a route's max_body_bytes
+// (up to its max_stored_body_bytes) in b, the record holding a reference.
+// Without it (nil) such replies are completed as not replayable.
+func WithBlobStore(b blob.Store) IdempotencyOption {
+	return func(o *idemOptions) {
+		if !isNil(b) {
+			o.blobs = b
 		}
 	}
 }

@@ -48,6 +48,7 @@ const (
 	scopeJWT        = "~j~"
 	scopeExtension  = "~x~"
 	scopeAddress    = "~a~"
+	scopeRoute      = "~r~"   // key_scope route: + len(name) + ":" + name + the caller's scope
 	scopeUnassigned = "~none" // limits only: neither an identity nor an address
 )
 
