@@ -34,7 +34,7 @@ const (
 // open; see finish).
 func TestRollingRestartSameAddress(t *testing.T) {
 	// Not parallel: the load needs the machine to itself.
-	s := newStack(t, stackOpts{env: defaultDrain(t)})
+	s := newStack(t, stackOpts{env: rollingEnv(t)})
 	l := startLoad(t, s)
 	for i := range s.replicas {
 		old := s.replicas[i]
@@ -52,7 +52,7 @@ func TestRollingRestartSameAddress(t *testing.T) {
 // Envoy's cluster holds exactly the new replicas.
 func TestRollingRestartNewAddress(t *testing.T) {
 	// Not parallel: the load needs the machine to itself.
-	s := newStack(t, stackOpts{eds: true, env: defaultDrain(t)})
+	s := newStack(t, stackOpts{eds: true, env: rollingEnv(t)})
 	l := startLoad(t, s)
 	for i := range s.replicas {
 		old := s.replicas[i]
@@ -76,9 +76,10 @@ func TestRollingRestartNewAddress(t *testing.T) {
 	}
 }
 
-// defaultDrain sets the drain delay back to its shipped default (the
-// stack sets 0 for the tests that never stop a replica).
-func defaultDrain(t *testing.T) []string {
+// rollingEnv sets the drain delay back to its shipped default (the stack
+// sets 0 for the tests that never stop a replica) and logs at info: debug
+// logs of every call would cost the load its CPU.
+func rollingEnv(t *testing.T) []string {
 	t.Helper()
 	return []string{"EXTAUTHZ_DRAIN_DELAY=6s", "EXTAUTHZ_LOG_LEVEL=info"}
 }
