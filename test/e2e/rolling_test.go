@@ -276,3 +276,60 @@ func (l *load) finish(t *testing.T, s *stack) {
 		t.Error("no request was sent")
 	}
 }
+
+// TestEjectedReplicaReadmitted: outlier detection never keeps a healthy
+// replica out. A killed replica is ejected (connection failures); restarted
+// on its address, the next passing health check (every 2s) readmits it,
+// long before base_ejection_time (5s) would. Measured: about 2s.
+func TestEjectedReplicaReadmitted(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOpts{})
+	r0 := s.replicas[0]
+	r0.kill()
+	if err := waitFor(nil, 15*time.Second, func() error {
+		_, _ = s.try(tenantGet("/things", uniq("eject")))
+		if f := s.hostFlags(t, r0.grpcAddr); !strings.Contains(f, "failed_outlier_check") {
+			return fmt.Errorf("health flags %q", f)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the killed replica was not ejected: %v", err)
+	}
+	ejected := time.Now()
+	s.startReplica(0, r0.grpcAddr)
+	if err := waitFor(nil, 15*time.Second, func() error {
+		if f := s.hostFlags(t, r0.grpcAddr); f != "healthy" {
+			return fmt.Errorf("health flags %q", f)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the restarted replica was not readmitted: %v", err)
+	}
+	readmitted := time.Since(ejected)
+	t.Logf("readmitted %v after its ejection", readmitted.Round(time.Millisecond))
+	if readmitted >= 5*time.Second {
+		t.Errorf("readmitted %v after its ejection: the ejection timer (base_ejection_time 5s), not the health check, let it back", readmitted)
+	}
+}
+
+// hostFlags is Envoy's health_flags of one extauthz host ("healthy", or
+// a list such as "/failed_active_hc/failed_outlier_check").
+func (s *stack) hostFlags(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := probeClient.Get(s.admin + "/clusters")
+	if err != nil {
+		t.Fatalf("envoy clusters: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "extauthz::" + addr + "::health_flags::"
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimPrefix(line, prefix)
+		}
+	}
+	return "(no such host)"
+}
