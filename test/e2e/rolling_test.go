@@ -20,9 +20,9 @@ import (
 const (
 	// loadRate is the paced request rate through Envoy.
 	loadRate = 400
-	// replicaStopGrace bounds one replica's exit after SIGTERM: the default
-	// drain delay (6s) and the stack's shutdown timeout (2s), with room.
-	replicaStopGrace = 20 * time.Second
+	// replicaStopGrace bounds one replica's exit after SIGTERM: the drain
+	// delay (6s) and the shutdown timeout (10s), with room.
+	replicaStopGrace = 25 * time.Second
 )
 
 // TestRollingRestartSameAddress restarts both replicas one at a time on
@@ -76,12 +76,13 @@ func TestRollingRestartNewAddress(t *testing.T) {
 	}
 }
 
-// rollingEnv sets the drain delay back to its shipped default (the stack
-// sets 0 for the tests that never stop a replica) and logs at info: debug
-// logs of every call would cost the load its CPU.
+// rollingEnv sets the drain delay and shutdown timeout back to their
+// shipped defaults (the stack shortens them for the tests that never stop
+// a replica gracefully) and logs at info: debug logs of every call would
+// cost the load its CPU.
 func rollingEnv(t *testing.T) []string {
 	t.Helper()
-	return []string{"EXTAUTHZ_DRAIN_DELAY=6s", "EXTAUTHZ_LOG_LEVEL=info"}
+	return []string{"EXTAUTHZ_DRAIN_DELAY=6s", "EXTAUTHZ_SHUTDOWN_TIMEOUT=10s", "EXTAUTHZ_LOG_LEVEL=info"}
 }
 
 func (s *stack) grpcAddrs() []string {
