@@ -23,9 +23,10 @@ type Config struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
 	// DrainDelay is how long SIGTERM keeps every API serving with health
-	// NOT_SERVING before the server stops accepting; keep it above Envoy's
-	// health-check interval × unhealthy_threshold (2s × 2 in envoy/).
-	DrainDelay time.Duration `envconfig:"DRAIN_DELAY" default:"6s"`
+	// NOT_SERVING before the server stops accepting; keep it well above
+	// Envoy's health-check interval × unhealthy_threshold + timeout (5s in
+	// envoy/): on a busy machine the checks run late.
+	DrainDelay time.Duration `envconfig:"DRAIN_DELAY" default:"10s"`
 	// ShutdownTimeout bounds the in-flight calls after the drain delay.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
 	// RLSTenantKey is the descriptor entry key read as the tenant; empty disables.

@@ -21,8 +21,8 @@ const (
 	// loadRate is the paced request rate through Envoy.
 	loadRate = 400
 	// replicaStopGrace bounds one replica's exit after SIGTERM: the drain
-	// delay (6s) and the shutdown timeout (10s), with room.
-	replicaStopGrace = 25 * time.Second
+	// delay (10s) and the shutdown timeout (10s), with room.
+	replicaStopGrace = 30 * time.Second
 )
 
 // TestRollingRestartSameAddress restarts both replicas one at a time on
@@ -82,7 +82,7 @@ func TestRollingRestartNewAddress(t *testing.T) {
 // cost the load its CPU.
 func rollingEnv(t *testing.T) []string {
 	t.Helper()
-	return []string{"EXTAUTHZ_DRAIN_DELAY=6s", "EXTAUTHZ_SHUTDOWN_TIMEOUT=10s", "EXTAUTHZ_LOG_LEVEL=info"}
+	return []string{"EXTAUTHZ_DRAIN_DELAY=10s", "EXTAUTHZ_SHUTDOWN_TIMEOUT=10s", "EXTAUTHZ_LOG_LEVEL=info"}
 }
 
 func (s *stack) grpcAddrs() []string {
