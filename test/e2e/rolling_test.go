@@ -265,7 +265,7 @@ func (l *load) finish(t *testing.T, s *stack) {
 		"cluster.extauthz.upstream_rq_retry_limit_exceeded",
 	} {
 		if d[n] > 0 {
-			t.Errorf("%s = %d, want 0: calls lost with a replica", n, d[n])
+			t.Errorf("%s = %d, want 0: calls reset or cut by a replica", n, d[n])
 		}
 	}
 	if fo, to := d["cluster.upstream.ratelimit.failure_mode_allowed"], d["cluster.extauthz.upstream_rq_timeout"]; fo > to {
