@@ -163,7 +163,8 @@ func examplePolicy(t *testing.T) string {
 }
 
 func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
-	p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t))
+	// No drain delay: TestBinaryDrainsOnSIGTERM covers it.
+	p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t), "EXTAUTHZ_DRAIN_DELAY=0s")
 	conn := p.dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -22,7 +22,12 @@ type Config struct {
 	Config string `envconfig:"CONFIG" default:""`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
-	// ShutdownTimeout bounds the drain of in-flight calls on SIGTERM.
+	// DrainDelay is how long SIGTERM keeps every API serving with health
+	// NOT_SERVING before the server stops accepting; keep it well above
+	// Envoy's health-check interval × unhealthy_threshold + timeout (5s in
+	// envoy/): on a busy machine the checks run late.
+	DrainDelay time.Duration `envconfig:"DRAIN_DELAY" default:"10s"`
+	// ShutdownTimeout bounds the in-flight calls after the drain delay.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
 	// RLSTenantKey is the descriptor entry key read as the tenant; empty disables.
 	RLSTenantKey string `envconfig:"RLS_TENANT_KEY" default:"tenant"`
@@ -113,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.slogLevel(); err != nil {
 		bad("LOG_LEVEL", "%v", err)
+	}
+	if c.DrainDelay < 0 {
+		bad("DRAIN_DELAY", "must not be negative (0 stops accepting at once), got %s", c.DrainDelay)
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)

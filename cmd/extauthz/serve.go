@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -45,12 +44,15 @@ func serveMain(ctx context.Context, stderr io.Writer) int {
 type server struct {
 	log      *slog.Logger
 	grpc     *grpc.Server
-	health   *health.Server
+	health   *healthServer
 	http     *http.Server
 	policy   *policySource
 	store    ratelimit.Store
 	draining atomic.Bool
-	timeout  time.Duration
+	// drainDelay is how long the server keeps serving after SIGTERM with
+	// its health NOT_SERVING; timeout bounds the in-flight calls after it.
+	drainDelay time.Duration
+	timeout    time.Duration
 }
 
 // serve builds the server from cfg and runs it until ctx ends.
@@ -71,7 +73,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	s := &server{log: log, policy: src, store: store, timeout: cfg.ShutdownTimeout}
+	s := &server{log: log, policy: src, store: store, drainDelay: cfg.DrainDelay, timeout: cfg.ShutdownTimeout}
 	defer s.closeStore()
 	metrics, err := envoy.NewMetrics(reg)
 	if err != nil {
@@ -128,12 +130,12 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 // decodes with envoy.Codec: Envoy passes raw header bytes in proto3 string
 // fields, and grpc-go's default codec would fail those calls before any
 // handler ran (an error Envoy's filters usually turn into "admit").
-func newGRPCServer(services []grpcService, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+func newGRPCServer(services []grpcService, opts ...grpc.ServerOption) (*grpc.Server, *healthServer) {
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(envoy.NewCodec())}, opts...)...)
 	for _, svc := range services {
 		svc.Register(g)
 	}
-	hs := health.NewServer()
+	hs := newHealthServer()
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	for name := range g.GetServiceInfo() {
@@ -173,7 +175,7 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 	case runErr = <-errc:
 		s.log.Error("server failed", "err", runErr)
 	}
-	s.shutdown()
+	s.shutdown(runErr != nil)
 	stopWatch()
 	wg.Wait()
 	return runErr
@@ -186,31 +188,6 @@ func (s *server) watch(ctx context.Context) {
 	err := s.policy.run(ctx)
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("policy watch stopped; changes will not be reloaded", "err", err)
-	}
-}
-
-// shutdown fails the probes, drains in-flight gRPC calls for at most the
-// shutdown timeout (then cuts them), and stops the HTTP server.
-func (s *server) shutdown() {
-	deadline := time.Now().Add(s.timeout)
-	s.draining.Store(true)
-	s.health.Shutdown() // every service NOT_SERVING
-	drained := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(time.Until(deadline)):
-		s.log.Warn("shutdown timeout: cutting in-flight calls", "timeout", s.timeout)
-		s.grpc.Stop()
-		<-drained
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(time.Second))
-	defer cancel()
-	if err := s.http.Shutdown(ctx); err != nil {
-		s.http.Close()
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -24,6 +26,11 @@ type renderSpec struct {
 	// stripFilters drops every HTTP filter but the router: the same Envoy
 	// without extauthz, for latency comparisons.
 	stripFilters bool
+	// eds maps a cluster's name to an EDS file (path_config_source, watched
+	// through its directory) that replaces its endpoints: the cluster
+	// becomes type EDS, as Kubernetes endpoints reach Envoy through xDS.
+	// Everything else of the cluster stays the file's.
+	eds map[string]string
 }
 
 var errRender = errors.New("render envoy config")
@@ -47,7 +54,7 @@ func renderEnvoy(src []byte, spec renderSpec) ([]byte, error) {
 	if err := renderListeners(res, spec); err != nil {
 		return nil, err
 	}
-	if err := renderClusters(res, spec.endpoints); err != nil {
+	if err := renderClusters(res, spec.endpoints, spec.eds); err != nil {
 		return nil, err
 	}
 	return yaml.Marshal(doc)
@@ -79,12 +86,17 @@ func renderListeners(res map[string]any, spec renderSpec) error {
 	return nil
 }
 
-func renderClusters(res map[string]any, endpoints map[string][]string) error {
+func renderClusters(res map[string]any, endpoints map[string][]string, eds map[string]string) error {
 	clusters, _ := res["clusters"].([]any)
 	seen := 0
 	for _, c := range clusters {
 		cm, _ := c.(map[string]any)
 		name, _ := cm["name"].(string)
+		if path, ok := eds[name]; ok {
+			useEDS(cm, path)
+			seen++
+			continue
+		}
 		eps, ok := endpoints[name]
 		if !ok {
 			return fmt.Errorf("%w: cluster %q has no endpoints in the test", errRender, name)
@@ -96,7 +108,7 @@ func renderClusters(res map[string]any, endpoints map[string][]string) error {
 		cm["load_assignment"] = la
 		seen++
 	}
-	if seen != len(endpoints) {
+	if seen != len(endpoints)+len(eds) {
 		return fmt.Errorf("%w: %d clusters in the file, %d in the test", errRender, seen, len(endpoints))
 	}
 	return nil
@@ -121,6 +133,30 @@ func loadAssignment(cluster string, eps []string) (map[string]any, error) {
 		"cluster_name": cluster,
 		"endpoints":    []any{map[string]any{"lb_endpoints": lbs}},
 	}, nil
+}
+
+// useEDS turns a cluster into an EDS cluster reading path.
+func useEDS(cluster map[string]any, path string) {
+	delete(cluster, "load_assignment")
+	delete(cluster, "dns_lookup_family")
+	cluster["type"] = "EDS"
+	cluster["eds_cluster_config"] = map[string]any{"eds_config": map[string]any{
+		"resource_api_version": "V3",
+		"path_config_source": map[string]any{
+			"path":              path,
+			"watched_directory": map[string]any{"path": filepath.Dir(path)},
+		},
+	}}
+}
+
+// edsFile is the content of an EDS file: cluster's endpoints eps.
+func edsFile(cluster string, eps []string) ([]byte, error) {
+	la, err := loadAssignment(cluster, eps)
+	if err != nil {
+		return nil, err
+	}
+	la["@type"] = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	return yaml.Marshal(map[string]any{"version_info": fmt.Sprint(time.Now().UnixNano()), "resources": []any{la}})
 }
 
 // setSocket sets 127.0.0.1:port on the socket_address found under path.

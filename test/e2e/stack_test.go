@@ -30,6 +30,9 @@ type stackOpts struct {
 	// noExtauthz starts Envoy without extauthz replicas: the cluster points
 	// at closed ports (and Redis is not started).
 	noExtauthz bool
+	// eds serves the extauthz cluster's endpoints from a file (EDS) that
+	// setEndpoints rewrites, instead of a static list.
+	eds bool
 }
 
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
@@ -39,13 +42,17 @@ type stack struct {
 	opts     stackOpts
 	redis    *redistest.Server
 	replicas []*replica
-	up       *upstream.Server
-	upAddr   string
-	envoy    *proc
+	// retired are replicas replaced by a rolling restart (for their logs).
+	retired []*replica
+	up      *upstream.Server
+	upAddr  string
+	envoy   *proc
 	// url is the Envoy listener, e.g. http://127.0.0.1:34567.
 	url string
 	// admin is Envoy's admin address.
 	admin string
+	// edsPath is the extauthz cluster's EDS file (opts.eds).
+	edsPath string
 }
 
 // replica is one extauthz process.
@@ -121,6 +128,9 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 		"EXTAUTHZ_REDIS_URL=" + s.redis.URL,
 		"EXTAUTHZ_LOG_LEVEL=debug",
 		"EXTAUTHZ_SHUTDOWN_TIMEOUT=2s",
+		// Tests that do not restart replicas need no drain; the rolling
+		// restart tests set the shipped default back (opts.env comes last).
+		"EXTAUTHZ_DRAIN_DELAY=0s",
 	}, s.opts.env...)
 	name := fmt.Sprintf("extauthz-%d", i)
 	if i < len(s.replicas) {
@@ -146,12 +156,22 @@ func (s *stack) startEnvoy(extauthzAddrs []string) {
 		s.t.Fatal(err)
 	}
 	listener, admin := freePort(s.t), freePort(s.t)
-	cfg, err := renderEnvoy(src, renderSpec{
+	spec := renderSpec{
 		adminPort:     admin,
 		listenerPorts: map[string]int{listenerName(s.opts.config): listener},
 		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "upstream": {s.upAddr}},
 		stripFilters:  s.opts.stripFilters,
-	})
+	}
+	if s.opts.eds {
+		s.edsPath = filepath.Join(s.dir, "eds", "extauthz.yaml")
+		if err := os.Mkdir(filepath.Dir(s.edsPath), 0o700); err != nil {
+			s.t.Fatal(err)
+		}
+		s.setEndpoints(extauthzAddrs...)
+		delete(spec.endpoints, "extauthz")
+		spec.eds = map[string]string{"extauthz": s.edsPath}
+	}
+	cfg, err := renderEnvoy(src, spec)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -165,10 +185,30 @@ func (s *stack) startEnvoy(extauthzAddrs []string) {
 		"-c", cfgPath, "--disable-hot-restart", "--concurrency", "2",
 		"--log-level", "info", "--log-path", filepath.Join(s.dir, "envoy-server.log"),
 		"--drain-time-s", "1",
+		// xDS (the EDS file of opts.eds) needs a node identity.
+		"--service-node", "e2e", "--service-cluster", "e2e",
 	}, nil)
 	s.t.Cleanup(func() { s.envoy.stop(5 * time.Second) })
 	if err := waitFor(s.envoy, 30*time.Second, func() error { return httpOK(s.admin + "/ready") }); err != nil {
 		s.t.Fatalf("envoy: %v\n%s", err, tailFile(filepath.Join(s.dir, "envoy-server.log"), 40))
+	}
+}
+
+// setEndpoints replaces the extauthz cluster's endpoints (opts.eds) the
+// way Envoy's file-based EDS wants it: a new file renamed over the old one
+// in the watched directory.
+func (s *stack) setEndpoints(addrs ...string) {
+	s.t.Helper()
+	b, err := edsFile("extauthz", addrs)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	tmp := s.edsPath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, s.edsPath); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
@@ -188,7 +228,7 @@ func (s *stack) printLogsOnFailure() {
 	if s.envoy != nil {
 		s.t.Logf("envoy access log:\n%s", s.envoy.tail(80))
 	}
-	for _, r := range s.replicas {
+	for _, r := range append(s.retired, s.replicas...) {
 		s.t.Logf("%s log:\n%s", r.name, r.tail(60))
 	}
 }

@@ -212,24 +212,37 @@ func checkEnv(t *testing.T, where string, spec *corev1.PodSpec, vars map[string]
 	}
 }
 
-// drainBudget is how long a pod may take to stop: the preStop sleep plus
-// the binary's shutdown timeout.
+// duration is a duration setting of the binary as the container sets it
+// (else the Config default).
+func duration(t *testing.T, vars map[string]envVar, c *corev1.Container, name string) time.Duration {
+	t.Helper()
+	raw := setting(t, vars, c, name)
+	d, err := time.ParseDuration(raw)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, raw, err)
+	}
+	return d
+}
+
+// preStop is the container's preStop sleep (0 without one).
+func preStop(t *testing.T, c *corev1.Container) time.Duration {
+	t.Helper()
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
+		return 0
+	}
+	if h := c.Lifecycle.PreStop; h.Sleep != nil {
+		return time.Duration(h.Sleep.Seconds) * time.Second
+	}
+	t.Errorf("container %s: preStop must be a sleep (the image has no shell)", c.Name)
+	return 0
+}
+
+// drainBudget is how long a pod may take to stop: the preStop sleep, then
+// after SIGTERM the binary's drain delay (serving, NOT_SERVING) and its
+// shutdown timeout (in-flight calls).
 func drainBudget(t *testing.T, vars map[string]envVar, c *corev1.Container) time.Duration {
 	t.Helper()
-	raw := setting(t, vars, c, "EXTAUTHZ_SHUTDOWN_TIMEOUT")
-	drain, err := time.ParseDuration(raw)
-	if err != nil {
-		t.Fatalf("EXTAUTHZ_SHUTDOWN_TIMEOUT=%q: %v", raw, err)
-	}
-	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
-		switch h := c.Lifecycle.PreStop; {
-		case h.Sleep != nil:
-			drain += time.Duration(h.Sleep.Seconds) * time.Second
-		default:
-			t.Errorf("container %s: preStop must be a sleep (the image has no shell)", c.Name)
-		}
-	}
-	return drain
+	return preStop(t, c) + duration(t, vars, c, "EXTAUTHZ_DRAIN_DELAY") + duration(t, vars, c, "EXTAUTHZ_SHUTDOWN_TIMEOUT")
 }
 
 func fmtLabels(m map[string]string) string { return fmt.Sprint(labels.Set(m)) }

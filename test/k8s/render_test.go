@@ -128,8 +128,9 @@ func checkShutdown(t *testing.T, vars map[string]envVar, d *appsv1.Deployment) {
 	budget := drainBudget(t, vars, extauthzContainer(t, d))
 	grace := d.Spec.Template.Spec.TerminationGracePeriodSeconds
 	if grace == nil || float64(*grace) <= budget.Seconds() {
-		t.Errorf("terminationGracePeriodSeconds must exceed preStop + EXTAUTHZ_SHUTDOWN_TIMEOUT = %s", budget)
+		t.Errorf("terminationGracePeriodSeconds must exceed preStop + EXTAUTHZ_DRAIN_DELAY + EXTAUTHZ_SHUTDOWN_TIMEOUT = %s", budget)
 	}
+	checkProbeTimings(t, vars, extauthzContainer(t, d))
 	spread := d.Spec.Template.Spec.TopologySpreadConstraints
 	if len(spread) == 0 {
 		t.Error("no topologySpreadConstraints")

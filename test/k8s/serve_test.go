@@ -180,13 +180,12 @@ func meshLimit(t *testing.T, rls rlsv3.RateLimitServiceClient, tenant string) ui
 }
 
 // checkDrain: SIGTERM ends the process with status 0 within the drain
-// timeout the manifest configures (plus a margin for the exit itself).
+// delay and shutdown timeout the manifest configures (plus a margin for
+// the exit itself).
 func checkDrain(t *testing.T, p *process, c *corev1.Container) {
 	t.Helper()
-	drain, err := time.ParseDuration(setting(t, configVars(t), c, "EXTAUTHZ_SHUTDOWN_TIMEOUT"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	vars := configVars(t)
+	drain := duration(t, vars, c, "EXTAUTHZ_DRAIN_DELAY") + duration(t, vars, c, "EXTAUTHZ_SHUTDOWN_TIMEOUT")
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
