@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -43,7 +44,7 @@ type Config struct {
 	// pipeline); past it the failure mode answers. Keep it below Envoy's
 	// ratelimit filter timeout so that the service, not Envoy, decides.
 	RedisCallTimeout time.Duration `envconfig:"REDIS_CALL_TIMEOUT" default:"50ms"`
-	// IdempotencyStoreTimeout bounds one Idempotency-Key store call (0: 100ms); past it
+	// IdempotencyStoreTimeout bounds one Idempotency-Key store call; past it
 	// the route's idempotency failure_mode answers. Keep it below Envoy's
 	// ext_authz timeout and ext_proc message_timeout.
 	IdempotencyStoreTimeout time.Duration `envconfig:"IDEMPOTENCY_STORE_TIMEOUT" default:"100ms"`
@@ -60,46 +61,76 @@ type Config struct {
 	// MemoryMaxKeys bounds the states the embedded memory store keeps (the
 	// soonest-expiring are evicted beyond it); 0 is unbounded.
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1000000"`
+	// RedisBreakerThreshold is how many Redis failures in a row open a
+	// circuit breaker (one per Redis node, rate limits and idempotency each).
+	RedisBreakerThreshold int `envconfig:"REDIS_BREAKER_THRESHOLD" default:"5"`
+	// RedisBreakerPause is how long an open breaker skips its node before
+	// one probe call.
+	RedisBreakerPause time.Duration `envconfig:"REDIS_BREAKER_PAUSE" default:"1s"`
+	// IdempotencyWaitReplicas makes completing an idempotency record wait
+	// (Redis WAIT) until that many replicas have it; 0 does not wait.
+	IdempotencyWaitReplicas int `envconfig:"IDEMPOTENCY_WAIT_REPLICAS" default:"0"`
+	// IdempotencyWaitTimeout bounds that wait.
+	IdempotencyWaitTimeout time.Duration `envconfig:"IDEMPOTENCY_WAIT_TIMEOUT" default:"20ms"`
 }
 
-// loadConfig reads the EXTAUTHZ_* environment and validates it.
+// loadConfig reads the EXTAUTHZ_* environment and validates it. Every
+// problem is one line naming the variable and what it accepts.
 func loadConfig() (Config, error) {
 	var cfg Config
+	// envconfig stops at the first value it cannot parse and words it in
+	// Go types; check them all first, in our words.
+	if err := parseErrors(os.LookupEnv); err != nil {
+		return cfg, err
+	}
 	if err := envconfig.Process("EXTAUTHZ", &cfg); err != nil {
 		return cfg, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, cfg.Validate()
 }
 
-// Validate returns every problem of c, each naming its variable.
+// rule is what one variable accepts, and whether its value does.
+type rule struct {
+	name string // without the EXTAUTHZ_ prefix
+	want string // the accepted values, as the error states them
+	got  any    // the value, quoted in the error
+	ok   bool
+}
+
+// rules lists every variable with a constraint. Variables not listed take
+// any value of their type (strings, bools).
+func (c Config) rules() []rule {
+	return []rule{
+		{"GRPC_ADDR", "host:port with a port 0-65535, e.g. :9001", c.GRPCAddr, validAddr(c.GRPCAddr)},
+		{"HTTP_ADDR", "host:port with a port 0-65535, e.g. :9090", c.HTTPAddr, validAddr(c.HTTPAddr)},
+		{"LOG_LEVEL", "debug, info, warn or error", c.LogLevel, validLevel(c.LogLevel)},
+		{"SHUTDOWN_TIMEOUT", "a duration above 0, e.g. 10s", c.ShutdownTimeout, c.ShutdownTimeout > 0},
+		{"REDIS_URL", "empty, or redis://[user:password@]host:port[/db] or rediss://...", redactURL(c.RedisURL), c.validRedisURL()},
+		{"REDIS_POOL_SIZE", "0 (go-redis's default, 10 per CPU) to 10000", c.RedisPoolSize, c.RedisPoolSize >= 0 && c.RedisPoolSize <= 10000},
+		{"REDIS_DIAL_TIMEOUT", "a duration above 0, e.g. 200ms", c.RedisDialTimeout, c.RedisDialTimeout > 0},
+		{"REDIS_READ_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisReadTimeout, c.RedisReadTimeout > 0},
+		{"REDIS_WRITE_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisWriteTimeout, c.RedisWriteTimeout > 0},
+		{"REDIS_CALL_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisCallTimeout, c.RedisCallTimeout > 0},
+		{"IDEMPOTENCY_STORE_TIMEOUT", "a duration above 0, e.g. 100ms", c.IdempotencyStoreTimeout, c.IdempotencyStoreTimeout > 0},
+		{"REDIS_TLS_CA_FILE", "empty, or a readable file when EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSCAFile, c.validCAFile()},
+		{"REDIS_TLS_INSECURE_SKIP_VERIFY", "false unless EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSInsecureSkipVerify, !c.RedisTLSInsecureSkipVerify || c.tls()},
+		{"FAILURE_MODE", "open or closed", c.FailureMode, c.FailureMode == "open" || c.FailureMode == "closed"},
+		{"MEMORY_MAX_KEYS", "0 (unbounded) or more", c.MemoryMaxKeys, c.MemoryMaxKeys >= 0},
+		{"REDIS_BREAKER_THRESHOLD", "1 to 1000 failures in a row", c.RedisBreakerThreshold, c.RedisBreakerThreshold >= 1 && c.RedisBreakerThreshold <= 1000},
+		{"REDIS_BREAKER_PAUSE", "a duration above 0, e.g. 1s", c.RedisBreakerPause, c.RedisBreakerPause > 0},
+		{"IDEMPOTENCY_WAIT_REPLICAS", "0 (no WAIT) to 16", c.IdempotencyWaitReplicas, c.IdempotencyWaitReplicas >= 0 && c.IdempotencyWaitReplicas <= 16},
+		{"IDEMPOTENCY_WAIT_TIMEOUT", "a duration of 1ms or more, e.g. 20ms", c.IdempotencyWaitTimeout, c.IdempotencyWaitTimeout >= time.Millisecond},
+	}
+}
+
+// Validate returns every problem of c, one line each, naming the variable,
+// its value and what it accepts.
 func (c Config) Validate() error {
 	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("EXTAUTHZ_"+name+": "+format, args...))
-	}
-	if c.GRPCAddr == "" {
-		bad("GRPC_ADDR", "must not be empty")
-	}
-	if c.HTTPAddr == "" {
-		bad("HTTP_ADDR", "must not be empty")
-	}
-	if _, err := c.slogLevel(); err != nil {
-		bad("LOG_LEVEL", "%v", err)
-	}
-	if c.ShutdownTimeout <= 0 {
-		bad("SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
-	}
-	if c.RedisCallTimeout < 0 {
-		bad("REDIS_CALL_TIMEOUT", "must not be negative, got %s", c.RedisCallTimeout)
-	}
-	if c.IdempotencyStoreTimeout < 0 {
-		bad("IDEMPOTENCY_STORE_TIMEOUT", "must not be negative, got %s", c.IdempotencyStoreTimeout)
-	}
-	if c.MemoryMaxKeys < 0 {
-		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)
-	}
-	if c.FailureMode != "open" && c.FailureMode != "closed" {
-		bad("FAILURE_MODE", "must be open or closed, got %q", c.FailureMode)
+	for _, r := range c.rules() {
+		if !r.ok {
+			errs = append(errs, fmt.Errorf("EXTAUTHZ_%s=%s: want %s", r.name, quote(r.got), r.want))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -117,4 +148,9 @@ func (c Config) slogLevel() (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, fmt.Errorf("unknown level %q (debug, info, warn, error)", c.LogLevel)
+}
+
+func validLevel(s string) bool {
+	_, err := Config{LogLevel: s}.slogLevel()
+	return err == nil
 }

@@ -26,8 +26,8 @@ type idempotencyDeps struct {
 // else in memory. Failure handling is per route (the policy's
 // idempotency.failure_mode), not EXTAUTHZ_FAILURE_MODE: a lease cannot
 // fall back to a per-process store without breaking its guarantee. The
-// Redis store sits behind a circuit breaker (guard, the rate-limit
-// failover's defaults: 5 failures, 1s cool-down) so that while Redis is down
+// Redis store sits behind a circuit breaker (guard, with the rate-limit
+// failover's EXTAUTHZ_REDIS_BREAKER_* settings) so that while Redis is down
 // requests get their failure_mode at once instead of each waiting for
 // EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT.
 func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *slog.Logger) (idempotencyDeps, error) {
@@ -44,7 +44,9 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	if err != nil {
 		return idempotencyDeps{}, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
 	}
-	store, err := guard.New(rs, guard.Options{Registerer: reg})
+	store, err := guard.New(rs, guard.Options{
+		Registerer: reg, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
+	})
 	if err != nil {
 		return idempotencyDeps{}, err
 	}

@@ -65,7 +65,7 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 	}
 	fs, err := failover.New(rs, failover.Options{
 		Mode: mode, Fallback: fallback, Registerer: deps.Registerer, Now: deps.Now,
-		CallTimeout: cfg.RedisCallTimeout,
+		CallTimeout: cfg.RedisCallTimeout, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
 	})
 	if err != nil {
 		if fallback != nil {

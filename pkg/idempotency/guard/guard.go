@@ -50,13 +50,16 @@ type Options struct {
 	CoolDown time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnChange, when set, is told when the circuit opens (with the error
+	// that opened it) and closes again; callers log it.
+	OnChange func(open bool, err error)
 }
 
 // Store is an idempotency.Store that fails fast while its inner store keeps
 // failing. It owns the inner store: Close closes it.
 type Store struct {
 	inner idempotency.Store
-	br    *breaker.Breaker
+	br    *breaker.Set // one node: the store as a whole
 	now   func() time.Time
 	m     metrics
 }
@@ -69,13 +72,18 @@ func New(inner idempotency.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	br, err := breaker.New(opts.FailureThreshold, opts.CoolDown)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
+	}
+	br, err := breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(_ string, open bool, err error) {
+		m.circuitOpen.Set(map[bool]float64{false: 0, true: 1}[open])
+		if opts.OnChange != nil {
+			opts.OnChange(open, err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return &Store{inner: inner, br: br, now: opts.Now, m: m}, nil
 }
@@ -147,23 +155,14 @@ func (s *Store) Close() error { return s.inner.Close() }
 
 // call runs f through the breaker and records its outcome.
 func (s *Store) call(ctx context.Context, f func() error) error {
-	if !s.br.Acquire(s.now()) {
-		st := s.br.State()
+	if b := s.br.Get(""); !b.Acquire(s.now()) {
+		st := b.State()
 		return fmt.Errorf("%w: circuit open after %d consecutive failures, last: %v",
 			idempotency.ErrUnavailable, st.Failures, st.LastErr)
 	}
 	err := f()
-	switch {
-	case err == nil:
-		s.br.Success()
-		s.m.circuitOpen.Set(0)
-	case neutral(ctx, err):
-		s.br.Release()
-	default:
+	if s.br.Done("", s.now(), err, neutral(ctx, err)) {
 		s.m.errors.Inc()
-		if s.br.Failure(s.now(), err) {
-			s.m.circuitOpen.Set(1)
-		}
 	}
 	return err
 }
