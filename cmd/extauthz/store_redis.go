@@ -83,6 +83,10 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 	return cached, nil
 }
 
+// The Redis store routes per cluster node: failover keeps a breaker per
+// master and refreshes the slot map on failures.
+var _ failover.Router = (*redisstore.Store)(nil)
+
 // redisLogger adapts slog to go-redis's logging interface.
 type redisLogger struct{ log *slog.Logger }
 

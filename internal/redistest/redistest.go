@@ -122,6 +122,19 @@ func (s *Server) Stop() {
 // the test's cleanup, lets it run again.
 func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
 
+// Kill ends the server at once (SIGKILL), as a crash would: nothing is
+// written, clients see their connections reset. Start brings it back.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return
+	}
+	_ = s.proc.Process.Kill()
+	<-s.done
+	s.proc, s.done = nil, nil
+}
+
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
 
