@@ -46,6 +46,8 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	}
 	store, err := guard.New(rs, guard.Options{
 		Registerer: reg, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
+		OnError:  func(err error) { rb.events.onError("idempotency", "", err) },
+		OnChange: func(open bool, err error) { rb.events.onChange("idempotency", "", open, err) },
 	})
 	if err != nil {
 		return idempotencyDeps{}, err

@@ -53,6 +53,8 @@ type Options struct {
 	// OnChange, when set, is told when the circuit opens (with the error
 	// that opened it) and closes again; callers log it.
 	OnChange func(open bool, err error)
+	// OnError, when set, is told of every backend failure; callers log it.
+	OnError func(err error)
 }
 
 // Store is an idempotency.Store that fails fast while its inner store keeps
@@ -61,6 +63,7 @@ type Store struct {
 	inner idempotency.Store
 	br    *breaker.Set // one node: the store as a whole
 	now   func() time.Time
+	onErr func(error)
 	m     metrics
 }
 
@@ -77,7 +80,7 @@ func New(inner idempotency.Store, opts Options) (*Store, error) {
 		return nil, err
 	}
 	br, err := breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(_ string, open bool, err error) {
-		m.circuitOpen.Set(map[bool]float64{false: 0, true: 1}[open])
+		m.circuitOpen.Set(gauge(open))
 		if opts.OnChange != nil {
 			opts.OnChange(open, err)
 		}
@@ -85,7 +88,11 @@ func New(inner idempotency.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	return &Store{inner: inner, br: br, now: opts.Now, m: m}, nil
+	onErr := opts.OnError
+	if onErr == nil {
+		onErr = func(error) {}
+	}
+	return &Store{inner: inner, br: br, now: opts.Now, onErr: onErr, m: m}, nil
 }
 
 func withDefaults(inner idempotency.Store, o Options) (Options, error) {
@@ -163,6 +170,7 @@ func (s *Store) call(ctx context.Context, f func() error) error {
 	err := f()
 	if s.br.Done("", s.now(), err, neutral(ctx, err)) {
 		s.m.errors.Inc()
+		s.onErr(err)
 	}
 	return err
 }
@@ -181,4 +189,12 @@ func neutral(ctx context.Context, err error) bool {
 		}
 	}
 	return errors.Is(err, context.Canceled) && ctx.Err() != nil
+}
+
+// gauge is a boolean as a gauge's value.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
