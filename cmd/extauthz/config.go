@@ -119,7 +119,8 @@ func (c Config) rules() []rule {
 		{"REDIS_BREAKER_THRESHOLD", "1 to 1000 failures in a row", c.RedisBreakerThreshold, c.RedisBreakerThreshold >= 1 && c.RedisBreakerThreshold <= 1000},
 		{"REDIS_BREAKER_PAUSE", "a duration above 0, e.g. 1s", c.RedisBreakerPause, c.RedisBreakerPause > 0},
 		{"IDEMPOTENCY_WAIT_REPLICAS", "0 (no WAIT) to 16", c.IdempotencyWaitReplicas, c.IdempotencyWaitReplicas >= 0 && c.IdempotencyWaitReplicas <= 16},
-		{"IDEMPOTENCY_WAIT_TIMEOUT", "a duration of 1ms or more, e.g. 20ms", c.IdempotencyWaitTimeout, c.IdempotencyWaitTimeout >= time.Millisecond},
+		{"IDEMPOTENCY_WAIT_TIMEOUT", "a duration of 1ms or more, below EXTAUTHZ_REDIS_READ_TIMEOUT when WAIT is on, e.g. 20ms", c.IdempotencyWaitTimeout,
+			c.IdempotencyWaitTimeout >= time.Millisecond && (c.IdempotencyWaitReplicas == 0 || c.IdempotencyWaitTimeout < c.RedisReadTimeout)},
 	}
 }
 

@@ -25,6 +25,7 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 		{"EXTAUTHZ_REDIS_BREAKER_THRESHOLD=0", "EXTAUTHZ_REDIS_BREAKER_THRESHOLD=0: want 1 to 1000 failures in a row"},
 		{"EXTAUTHZ_REDIS_BREAKER_PAUSE=0s", "EXTAUTHZ_REDIS_BREAKER_PAUSE=0s: want a duration above 0, e.g. 1s"},
 		{"EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=-1", "EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=-1: want 0 (no WAIT) to 16"},
+		{"EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=1\x00EXTAUTHZ_IDEMPOTENCY_WAIT_TIMEOUT=50ms", "EXTAUTHZ_IDEMPOTENCY_WAIT_TIMEOUT=50ms: want a duration of 1ms or more, below EXTAUTHZ_REDIS_READ_TIMEOUT when WAIT is on, e.g. 20ms"},
 		{"EXTAUTHZ_GRPC_ADDR=localhost", `EXTAUTHZ_GRPC_ADDR="localhost": want host:port with a port 0-65535, e.g. :9001`},
 		{"EXTAUTHZ_HTTP_ADDR=:99999", `EXTAUTHZ_HTTP_ADDR=":99999": want host:port with a port 0-65535, e.g. :9090`},
 		{"EXTAUTHZ_REDIS_URL=http://u:secret@h:1", `EXTAUTHZ_REDIS_URL="http://u:xxxxx@h:1": want empty, or redis://[user:password@]host:port[/db] or rediss://...`},
@@ -36,7 +37,8 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 			t.Parallel()
 			// Real addresses: were the value accepted, the process would
 			// serve, and the test would see it run instead of exit.
-			code, stdout, stderr := runBinary(t, []string{"EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0", c.env})
+			env := append([]string{"EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0"}, strings.Split(c.env, "\x00")...)
+			code, stdout, stderr := runBinary(t, env)
 			if want := "extauthz: " + c.want + "\n"; code != 2 || stderr != want || stdout != "" {
 				t.Errorf("exit %d, stderr %q, stdout %q; want exit 2 and stderr %q", code, stderr, stdout, want)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -12,6 +13,10 @@ import (
 	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
+
+// errWaitShort marks a completed record fewer replicas acknowledged than
+// asked: logged (as its own kind), not an error of the request.
+var errWaitShort = errors.New("replication wait short")
 
 // idempotencyDeps is what the ext_authz and ext_proc servers share: the
 // Idempotency-Key store and its outcome counters.
@@ -40,7 +45,13 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 		log.Info("idempotency store", "kind", "memory")
 		return idempotencyDeps{store: idemmem.New(idemmem.Config{}), events: events}, nil
 	}
-	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix})
+	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix, Wait: idemredis.Wait{
+		Replicas: cfg.IdempotencyWaitReplicas, Timeout: cfg.IdempotencyWaitTimeout,
+		Short: func(_ string, acked int64) {
+			rb.events.onError("idempotency", "", fmt.Errorf("%w: WAIT: %d of EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=%d replicas acknowledged within %s",
+				errWaitShort, acked, cfg.IdempotencyWaitReplicas, cfg.IdempotencyWaitTimeout))
+		},
+	}})
 	if err != nil {
 		return idempotencyDeps{}, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
 	}
@@ -52,6 +63,6 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	if err != nil {
 		return idempotencyDeps{}, err
 	}
-	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix)
+	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix, "wait_replicas", cfg.IdempotencyWaitReplicas)
 	return idempotencyDeps{store: store, events: events}, nil
 }

@@ -114,6 +114,8 @@ func redisErrorKind(err error) string {
 	var rerr redis.Error
 	var nerr net.Error
 	switch {
+	case errors.Is(err, errWaitShort):
+		return "wait_short"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
 		return "timeout"
 	case errors.As(err, &rerr):
