@@ -62,6 +62,18 @@ func Standalone(tb testing.TB) *Server {
 	return s
 }
 
+// StandaloneAOF starts a standalone redis-server that persists with an
+// append-only file fsynced every second (appendfsync everysec), the
+// setting docs/redis.md recommends; Kill then Start replays it, as a
+// crashed and restarted Redis would.
+func StandaloneAOF(tb testing.TB) *Server {
+	tb.Helper()
+	s := newServer(tb, findBin(tb, "REDIS_SERVER_BIN", "redis-server"),
+		[]string{"--appendonly", "yes", "--appendfsync", "everysec"})
+	tb.Cleanup(s.Stop)
+	return s
+}
+
 // newServer starts a server in its own directory on a free port pair (the
 // cluster bus needs port+10000 too), retrying when another process grabbed
 // the port in between.
