@@ -6,7 +6,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 GRPC_ADDR  ?= 127.0.0.1:9001
 HTTP_ADDR  ?= 127.0.0.1:9090
 POLICY     ?= examples/policy
-TEST_FLAGS ?= -race -shuffle=on -count=1
+TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=30m
 BENCH      ?= .
 # Nested modules (each with its own go.mod) that ./... does not reach.
 SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' | sort))
