@@ -6,13 +6,13 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 GRPC_ADDR  ?= 127.0.0.1:9001
 HTTP_ADDR  ?= 127.0.0.1:9090
 POLICY     ?= examples/policy
-TEST_FLAGS ?= -race -shuffle=on -count=1
+TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=30m
 BENCH      ?= .
 # Nested modules (each with its own go.mod) that ./... does not reach.
 SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' | sort))
 LDFLAGS    := -X main.version=$(VERSION)
 
-.PHONY: run build test bench vet fmt-check clean
+.PHONY: run build test test-only bench vet fmt-check clean
 
 ## run: serve the example policy with the memory store (gRPC $(GRPC_ADDR), HTTP $(HTTP_ADDR))
 run:
@@ -24,8 +24,14 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/extauthz ./cmd/extauthz
 
 ## test: every test of every module, with the race detector, in random order
-## (all modules run even when one fails; the exit status is non-zero if any did)
+## (all modules run even when one fails; the exit status is non-zero if any did).
+## scripts/test-deps.sh first installs redis-server and Envoy if missing, or
+## stops naming what is missing and how to install it.
 test:
+	@scripts/test-deps.sh $(MAKE) --no-print-directory test-only
+
+## test-only: `make test` without the dependency check
+test-only:
 	@status=0; \
 	echo "== go test $(TEST_FLAGS) ./..."; \
 	$(GO) test $(TEST_FLAGS) ./... || status=1; \

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -48,7 +49,7 @@ type Config struct {
 	// pipeline); past it the failure mode answers. Keep it below Envoy's
 	// ratelimit filter timeout so that the service, not Envoy, decides.
 	RedisCallTimeout time.Duration `envconfig:"REDIS_CALL_TIMEOUT" default:"50ms"`
-	// IdempotencyStoreTimeout bounds one Idempotency-Key store call (0: 100ms); past it
+	// IdempotencyStoreTimeout bounds one Idempotency-Key store call; past it
 	// the route's idempotency failure_mode answers. Keep it below Envoy's
 	// ext_authz timeout and ext_proc message_timeout.
 	IdempotencyStoreTimeout time.Duration `envconfig:"IDEMPOTENCY_STORE_TIMEOUT" default:"100ms"`
@@ -75,6 +76,17 @@ type Config struct {
 	// GRPCMaxSendBytes bounds one sent gRPC message (17 MiB). Keep it above
 	// the policy's largest max_body_bytes: an inline replay is one message.
 	GRPCMaxSendBytes int `envconfig:"GRPC_MAX_SEND_BYTES" default:"17825792"`
+	// RedisBreakerThreshold is how many Redis failures in a row open a
+	// circuit breaker (one per Redis node, rate limits and idempotency each).
+	RedisBreakerThreshold int `envconfig:"REDIS_BREAKER_THRESHOLD" default:"5"`
+	// RedisBreakerPause is how long an open breaker skips its node before
+	// one probe call.
+	RedisBreakerPause time.Duration `envconfig:"REDIS_BREAKER_PAUSE" default:"1s"`
+	// IdempotencyWaitReplicas makes completing an idempotency record wait
+	// (Redis WAIT) until that many replicas have it; 0 does not wait.
+	IdempotencyWaitReplicas int `envconfig:"IDEMPOTENCY_WAIT_REPLICAS" default:"0"`
+	// IdempotencyWaitTimeout bounds that wait.
+	IdempotencyWaitTimeout time.Duration `envconfig:"IDEMPOTENCY_WAIT_TIMEOUT" default:"20ms"`
 }
 
 // gRPC message limits: the smallest accepted (64 KiB carries any
@@ -82,7 +94,10 @@ type Config struct {
 const (
 	minGRPCMessage     = 64 << 10
 	defaultGRPCMessage = 17 << 20
+	maxGRPCMessage     = 1 << 30
 )
+
+func validGRPCMessage(n int) bool { return n == 0 || (n >= minGRPCMessage && n <= maxGRPCMessage) }
 
 // grpcMessageLimits returns the receive and send limits, 0 meaning default.
 func (c Config) grpcMessageLimits() (recv, send int) {
@@ -95,56 +110,68 @@ func (c Config) grpcMessageLimits() (recv, send int) {
 	return pick(c.GRPCMaxRecvBytes), pick(c.GRPCMaxSendBytes)
 }
 
-// loadConfig reads the EXTAUTHZ_* environment and validates it.
+// loadConfig reads the EXTAUTHZ_* environment and validates it. Every
+// problem is one line naming the variable and what it accepts.
 func loadConfig() (Config, error) {
 	var cfg Config
+	// envconfig stops at the first value it cannot parse and words it in
+	// Go types; check them all first, in our words.
+	if err := parseErrors(os.LookupEnv); err != nil {
+		return cfg, err
+	}
 	if err := envconfig.Process("EXTAUTHZ", &cfg); err != nil {
 		return cfg, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, cfg.Validate()
 }
 
-// Validate returns every problem of c, each naming its variable.
+// rule is what one variable accepts, and whether its value does.
+type rule struct {
+	name string // without the EXTAUTHZ_ prefix
+	want string // the accepted values, as the error states them
+	got  any    // the value, quoted in the error
+	ok   bool
+}
+
+// rules lists every variable with a constraint. Variables not listed take
+// any value of their type (strings, bools).
+func (c Config) rules() []rule {
+	return []rule{
+		{"GRPC_ADDR", "host:port with a port 0-65535, e.g. :9001", c.GRPCAddr, validAddr(c.GRPCAddr)},
+		{"HTTP_ADDR", "host:port with a port 0-65535, e.g. :9090", c.HTTPAddr, validAddr(c.HTTPAddr)},
+		{"LOG_LEVEL", "debug, info, warn or error", c.LogLevel, validLevel(c.LogLevel)},
+		{"DRAIN_DELAY", "a duration of 0 (stop accepting at once) or more, e.g. 10s", c.DrainDelay, c.DrainDelay >= 0},
+		{"SHUTDOWN_TIMEOUT", "a duration above 0, e.g. 10s", c.ShutdownTimeout, c.ShutdownTimeout > 0},
+		{"REDIS_URL", "empty, or redis://[user:password@]host:port[/db] or rediss://...", redactURL(c.RedisURL), c.validRedisURL()},
+		{"REDIS_POOL_SIZE", "0 (go-redis's default, 10 per CPU) to 10000", c.RedisPoolSize, c.RedisPoolSize >= 0 && c.RedisPoolSize <= 10000},
+		{"REDIS_DIAL_TIMEOUT", "a duration above 0, e.g. 200ms", c.RedisDialTimeout, c.RedisDialTimeout > 0},
+		{"REDIS_READ_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisReadTimeout, c.RedisReadTimeout > 0},
+		{"REDIS_WRITE_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisWriteTimeout, c.RedisWriteTimeout > 0},
+		{"REDIS_CALL_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisCallTimeout, c.RedisCallTimeout > 0},
+		{"IDEMPOTENCY_STORE_TIMEOUT", "a duration above 0, e.g. 100ms", c.IdempotencyStoreTimeout, c.IdempotencyStoreTimeout > 0},
+		{"REDIS_TLS_CA_FILE", "empty, or a readable file when EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSCAFile, c.validCAFile()},
+		{"REDIS_TLS_INSECURE_SKIP_VERIFY", "false unless EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSInsecureSkipVerify, !c.RedisTLSInsecureSkipVerify || c.tls()},
+		{"FAILURE_MODE", "open or closed", c.FailureMode, c.FailureMode == "open" || c.FailureMode == "closed"},
+		{"MEMORY_MAX_KEYS", "0 (unbounded) or more", c.MemoryMaxKeys, c.MemoryMaxKeys >= 0},
+		{"IDEMPOTENCY_MEMORY_MAX_KEYS", "0 (unbounded) or more", c.IdempotencyMemoryMaxKeys, c.IdempotencyMemoryMaxKeys >= 0},
+		{"GRPC_MAX_RECV_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxRecvBytes, validGRPCMessage(c.GRPCMaxRecvBytes)},
+		{"GRPC_MAX_SEND_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxSendBytes, validGRPCMessage(c.GRPCMaxSendBytes)},
+		{"REDIS_BREAKER_THRESHOLD", "1 to 1000 failures in a row", c.RedisBreakerThreshold, c.RedisBreakerThreshold >= 1 && c.RedisBreakerThreshold <= 1000},
+		{"REDIS_BREAKER_PAUSE", "a duration above 0, e.g. 1s", c.RedisBreakerPause, c.RedisBreakerPause > 0},
+		{"IDEMPOTENCY_WAIT_REPLICAS", "0 (no WAIT) to 16", c.IdempotencyWaitReplicas, c.IdempotencyWaitReplicas >= 0 && c.IdempotencyWaitReplicas <= 16},
+		{"IDEMPOTENCY_WAIT_TIMEOUT", "a duration of 1ms or more, below EXTAUTHZ_REDIS_READ_TIMEOUT when WAIT is on, e.g. 20ms", c.IdempotencyWaitTimeout,
+			c.IdempotencyWaitTimeout >= time.Millisecond && (c.IdempotencyWaitReplicas == 0 || c.IdempotencyWaitTimeout < c.RedisReadTimeout)},
+	}
+}
+
+// Validate returns every problem of c, one line each, naming the variable,
+// its value and what it accepts.
 func (c Config) Validate() error {
 	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("EXTAUTHZ_"+name+": "+format, args...))
-	}
-	if c.GRPCAddr == "" {
-		bad("GRPC_ADDR", "must not be empty")
-	}
-	if c.HTTPAddr == "" {
-		bad("HTTP_ADDR", "must not be empty")
-	}
-	if _, err := c.slogLevel(); err != nil {
-		bad("LOG_LEVEL", "%v", err)
-	}
-	if c.DrainDelay < 0 {
-		bad("DRAIN_DELAY", "must not be negative (0 stops accepting at once), got %s", c.DrainDelay)
-	}
-	if c.ShutdownTimeout <= 0 {
-		bad("SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
-	}
-	if c.RedisCallTimeout < 0 {
-		bad("REDIS_CALL_TIMEOUT", "must not be negative, got %s", c.RedisCallTimeout)
-	}
-	if c.IdempotencyStoreTimeout < 0 {
-		bad("IDEMPOTENCY_STORE_TIMEOUT", "must not be negative, got %s", c.IdempotencyStoreTimeout)
-	}
-	if c.MemoryMaxKeys < 0 {
-		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)
-	}
-	if c.IdempotencyMemoryMaxKeys < 0 {
-		bad("IDEMPOTENCY_MEMORY_MAX_KEYS", "must not be negative, got %d", c.IdempotencyMemoryMaxKeys)
-	}
-	if c.GRPCMaxRecvBytes != 0 && c.GRPCMaxRecvBytes < minGRPCMessage {
-		bad("GRPC_MAX_RECV_BYTES", "must be at least %d (0: the default), got %d", minGRPCMessage, c.GRPCMaxRecvBytes)
-	}
-	if c.GRPCMaxSendBytes != 0 && c.GRPCMaxSendBytes < minGRPCMessage {
-		bad("GRPC_MAX_SEND_BYTES", "must be at least %d (0: the default), got %d", minGRPCMessage, c.GRPCMaxSendBytes)
-	}
-	if c.FailureMode != "open" && c.FailureMode != "closed" {
-		bad("FAILURE_MODE", "must be open or closed, got %q", c.FailureMode)
+	for _, r := range c.rules() {
+		if !r.ok {
+			errs = append(errs, fmt.Errorf("EXTAUTHZ_%s=%s: want %s", r.name, quote(r.got), r.want))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -162,4 +189,9 @@ func (c Config) slogLevel() (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, fmt.Errorf("unknown level %q (debug, info, warn, error)", c.LogLevel)
+}
+
+func validLevel(s string) bool {
+	_, err := Config{LogLevel: s}.slogLevel()
+	return err == nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -67,17 +68,26 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
+// defaultConfig is the configuration with every variable unset.
+func defaultConfig(t *testing.T) Config {
+	t.Helper()
+	var cfg Config
+	if err := envconfig.Process("XTEST_NOTHING_SET", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	cfg := Config{GRPCAddr: ":1", HTTPAddr: ":2", LogLevel: "info", ShutdownTimeout: 1, FailureMode: "open"}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("valid config: %v", err)
+	if err := defaultConfig(t).Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
 	}
 	bad := Config{LogLevel: "loud", FailureMode: "sometimes", MemoryMaxKeys: -1, RedisCallTimeout: -1, IdempotencyStoreTimeout: -1}
 	err := bad.Validate()
 	for _, name := range []string{"GRPC_ADDR", "HTTP_ADDR", "LOG_LEVEL", "SHUTDOWN_TIMEOUT", "FAILURE_MODE", "MEMORY_MAX_KEYS",
-		"REDIS_CALL_TIMEOUT", "IDEMPOTENCY_STORE_TIMEOUT"} {
-		if err == nil || !strings.Contains(err.Error(), "EXTAUTHZ_"+name) {
+		"REDIS_CALL_TIMEOUT", "IDEMPOTENCY_STORE_TIMEOUT", "REDIS_BREAKER_THRESHOLD", "REDIS_BREAKER_PAUSE"} {
+		if err == nil || !strings.Contains(err.Error(), "EXTAUTHZ_"+name+"=") {
 			t.Errorf("Validate() = %v, want a problem with EXTAUTHZ_%s", err, name)
 		}
 	}

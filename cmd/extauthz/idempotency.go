@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -12,6 +13,10 @@ import (
 	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
+
+// errWaitShort marks a completed record fewer replicas acknowledged than
+// asked: logged (as its own kind), not an error of the request.
+var errWaitShort = errors.New("replication wait short")
 
 // idempotencyDeps is what the ext_authz and ext_proc servers share: the
 // Idempotency-Key store and its outcome counters.
@@ -26,8 +31,8 @@ type idempotencyDeps struct {
 // else in memory. Failure handling is per route (the policy's
 // idempotency.failure_mode), not EXTAUTHZ_FAILURE_MODE: a lease cannot
 // fall back to a per-process store without breaking its guarantee. The
-// Redis store sits behind a circuit breaker (guard, the rate-limit
-// failover's defaults: 5 failures, 1s cool-down) so that while Redis is down
+// Redis store sits behind a circuit breaker (guard, with the rate-limit
+// failover's EXTAUTHZ_REDIS_BREAKER_* settings) so that while Redis is down
 // requests get their failure_mode at once instead of each waiting for
 // EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT.
 func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *slog.Logger) (idempotencyDeps, error) {
@@ -40,14 +45,24 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 		log.Info("idempotency store", "kind", "memory")
 		return idempotencyDeps{store: idemmem.New(idemmem.Config{MaxKeys: cfg.IdempotencyMemoryMaxKeys}), events: events}, nil
 	}
-	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix})
+	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix, Wait: idemredis.Wait{
+		Replicas: cfg.IdempotencyWaitReplicas, Timeout: cfg.IdempotencyWaitTimeout,
+		Short: func(_ string, acked int64) {
+			rb.events.onError("idempotency", "", fmt.Errorf("%w: WAIT: %d of EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=%d replicas acknowledged within %s",
+				errWaitShort, acked, cfg.IdempotencyWaitReplicas, cfg.IdempotencyWaitTimeout))
+		},
+	}})
 	if err != nil {
 		return idempotencyDeps{}, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
 	}
-	store, err := guard.New(rs, guard.Options{Registerer: reg})
+	store, err := guard.New(rs, guard.Options{
+		Registerer: reg, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
+		OnError:  func(err error) { rb.events.onError("idempotency", "", err) },
+		OnChange: func(open bool, err error) { rb.events.onChange("idempotency", "", open, err) },
+	})
 	if err != nil {
 		return idempotencyDeps{}, err
 	}
-	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix)
+	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix, "wait_replicas", cfg.IdempotencyWaitReplicas)
 	return idempotencyDeps{store: store, events: events}, nil
 }

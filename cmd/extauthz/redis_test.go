@@ -170,9 +170,10 @@ func TestBadRedisConfigNamesTheVariable(t *testing.T) {
 // combined output.
 func startExpectExit(t *testing.T, env ...string) string {
 	t.Helper()
+	bin := binary(t) // built by TestMain, before this deadline
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c := exec.CommandContext(ctx, binary(t))
+	c := exec.CommandContext(ctx, bin)
 	c.Env = append(os.Environ(), "EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0")
 	c.Env = append(c.Env, env...)
 	out, err := c.CombinedOutput()

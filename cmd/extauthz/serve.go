@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,8 +27,12 @@ import (
 func serveMain(ctx context.Context, stderr io.Writer) int {
 	cfg, err := loadConfig()
 	if err != nil {
-		fmt.Fprintf(stderr, "extauthz: %v\n", err)
-		return 1
+		// One line per problem, each naming its variable; exit 2 as for
+		// any other usage error.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "extauthz: %s\n", line)
+		}
+		return 2
 	}
 	level, _ := cfg.slogLevel() // validated
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
@@ -67,7 +72,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	src, err := newPolicySource(cfg.Config, reg, log)
 	if err != nil {
-		return fmt.Errorf("policy: %w", err)
+		return fmt.Errorf("EXTAUTHZ_CONFIG=%q: policy: %w", cfg.Config, err)
 	}
 	store, err := newStore(ctx, cfg, storeDeps{Registerer: reg, Logger: log})
 	if err != nil {
@@ -149,12 +154,12 @@ func newGRPCServer(services []grpcService, opts ...grpc.ServerOption) (*grpc.Ser
 func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 	grpcLn, err := net.Listen("tcp", grpcAddr)
 	if err != nil {
-		return fmt.Errorf("grpc listen: %w", err)
+		return fmt.Errorf("EXTAUTHZ_GRPC_ADDR=%q: %w", grpcAddr, err)
 	}
 	httpLn, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		grpcLn.Close()
-		return fmt.Errorf("http listen: %w", err)
+		return fmt.Errorf("EXTAUTHZ_HTTP_ADDR=%q: %w", httpAddr, err)
 	}
 	s.log.Info("grpc listening", "addr", grpcLn.Addr().String())
 	s.log.Info("http listening", "addr", httpLn.Addr().String())

@@ -41,18 +41,19 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	// route them to ours at debug level (failures are counted in metrics
 	// and reported by /readyz).
 	redis.SetLogger(redisLogger{deps.Logger})
-	store, err := redisStack(client, mode, cfg, deps)
+	events := newRedisEvents(deps.Logger, cfg.RedisCluster)
+	store, err := redisStack(client, mode, cfg, deps, events)
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
 	// The URL may hold a password: log only what it selects.
 	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
 		"failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
-	return &redisBacked{Store: store, client: client}, nil
+	return &redisBacked{Store: store, client: client, events: events}, nil
 }
 
 // redisStack wraps the Redis store in the failure mode and the local cache.
-func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps) (ratelimit.Store, error) {
+func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps, events *redisEvents) (ratelimit.Store, error) {
 	rs, err := redisstore.New(client, redisstore.Options{Prefix: cfg.KeyPrefix})
 	if err != nil {
 		return nil, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
@@ -65,7 +66,9 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 	}
 	fs, err := failover.New(rs, failover.Options{
 		Mode: mode, Fallback: fallback, Registerer: deps.Registerer, Now: deps.Now,
-		CallTimeout: cfg.RedisCallTimeout,
+		CallTimeout: cfg.RedisCallTimeout, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
+		OnError:  func(node string, err error) { events.onError("ratelimit", node, err) },
+		OnChange: func(node string, open bool, err error) { events.onChange("ratelimit", node, open, err) },
 	})
 	if err != nil {
 		if fallback != nil {
@@ -83,6 +86,10 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 	return cached, nil
 }
 
+// The Redis store routes per cluster node: failover keeps a breaker per
+// master and refreshes the slot map on failures.
+var _ failover.Router = (*redisstore.Store)(nil)
+
 // redisLogger adapts slog to go-redis's logging interface.
 type redisLogger struct{ log *slog.Logger }
 
@@ -95,9 +102,13 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 type redisBacked struct {
 	ratelimit.Store
 	client redis.UniversalClient
+	events *redisEvents
 }
 
 func (r *redisBacked) Ready(ctx context.Context) error {
+	if err := r.events.Ready(ctx); err != nil {
+		return err
+	}
 	if rd, ok := r.Store.(readiness); ok {
 		return rd.Ready(ctx)
 	}

@@ -62,6 +62,18 @@ func Standalone(tb testing.TB) *Server {
 	return s
 }
 
+// StandaloneAOF starts a standalone redis-server that persists with an
+// append-only file fsynced every second (appendfsync everysec), the
+// setting docs/redis.md recommends; Kill then Start replays it, as a
+// crashed and restarted Redis would.
+func StandaloneAOF(tb testing.TB) *Server {
+	tb.Helper()
+	s := newServer(tb, findBin(tb, "REDIS_SERVER_BIN", "redis-server"),
+		[]string{"--appendonly", "yes", "--appendfsync", "everysec"})
+	tb.Cleanup(s.Stop)
+	return s
+}
+
 // newServer starts a server in its own directory on a free port pair (the
 // cluster bus needs port+10000 too), retrying when another process grabbed
 // the port in between.
@@ -121,6 +133,19 @@ func (s *Server) Stop() {
 // answered, which is how a slow or hung Redis looks to clients. Resume, or
 // the test's cleanup, lets it run again.
 func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Kill ends the server at once (SIGKILL), as a crash would: nothing is
+// written, clients see their connections reset. Start brings it back.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return
+	}
+	_ = s.proc.Process.Kill()
+	<-s.done
+	s.proc, s.done = nil, nil
+}
 
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() { s.signal(syscall.SIGCONT) }

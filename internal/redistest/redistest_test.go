@@ -2,6 +2,7 @@ package redistest_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,5 +70,19 @@ func TestClusterSpreadsSlotsOverThreeMasters(t *testing.T) {
 	}
 	if len(masters) != 3 {
 		t.Fatalf("keys landed on %d masters, want 3", len(masters))
+	}
+}
+
+func TestClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	cl := redistest.NewClusterWithReplicas(t)
+	if len(cl.Nodes) != 3 || len(cl.Replicas) != 3 {
+		t.Fatalf("%d masters, %d replicas; want 3 and 3", len(cl.Nodes), len(cl.Replicas))
+	}
+	for _, r := range cl.Replicas {
+		info, err := r.Client().Info(context.Background(), "replication").Result()
+		if err != nil || !strings.Contains(info, "role:slave") || !strings.Contains(info, "master_link_status:up") {
+			t.Errorf("%s: %v %q, want a replica in sync", r.Addr, err, info)
+		}
 	}
 }

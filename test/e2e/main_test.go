@@ -98,7 +98,9 @@ func buildExtauthz(root, dir string) (string, error) {
 		return "", errNotLanded
 	}
 	out := filepath.Join(dir, "extauthz")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// Generous: on a fresh machine with an empty build cache, sharing its
+	// CPUs, the build alone can take minutes. No test's clock runs yet.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/extauthz")
 	cmd.Dir = root

@@ -50,14 +50,20 @@ type Options struct {
 	CoolDown time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnChange, when set, is told when the circuit opens (with the error
+	// that opened it) and closes again; callers log it.
+	OnChange func(open bool, err error)
+	// OnError, when set, is told of every backend failure; callers log it.
+	OnError func(err error)
 }
 
 // Store is an idempotency.Store that fails fast while its inner store keeps
 // failing. It owns the inner store: Close closes it.
 type Store struct {
 	inner idempotency.Store
-	br    *breaker.Breaker
+	br    *breaker.Set // one node: the store as a whole
 	now   func() time.Time
+	onErr func(error)
 	m     metrics
 }
 
@@ -69,15 +75,24 @@ func New(inner idempotency.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	br, err := breaker.New(opts.FailureThreshold, opts.CoolDown)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{inner: inner, br: br, now: opts.Now, m: m}, nil
+	br, err := breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(_ string, open bool, err error) {
+		m.circuitOpen.Set(gauge(open))
+		if opts.OnChange != nil {
+			opts.OnChange(open, err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	onErr := opts.OnError
+	if onErr == nil {
+		onErr = func(error) {}
+	}
+	return &Store{inner: inner, br: br, now: opts.Now, onErr: onErr, m: m}, nil
 }
 
 func withDefaults(inner idempotency.Store, o Options) (Options, error) {
@@ -147,23 +162,15 @@ func (s *Store) Close() error { return s.inner.Close() }
 
 // call runs f through the breaker and records its outcome.
 func (s *Store) call(ctx context.Context, f func() error) error {
-	if !s.br.Acquire(s.now()) {
-		st := s.br.State()
+	if b := s.br.Get(""); !b.Acquire(s.now()) {
+		st := b.State()
 		return fmt.Errorf("%w: circuit open after %d consecutive failures, last: %v",
 			idempotency.ErrUnavailable, st.Failures, st.LastErr)
 	}
 	err := f()
-	switch {
-	case err == nil:
-		s.br.Success()
-		s.m.circuitOpen.Set(0)
-	case neutral(ctx, err):
-		s.br.Release()
-	default:
+	if s.br.Done("", s.now(), err, neutral(ctx, err)) {
 		s.m.errors.Inc()
-		if s.br.Failure(s.now(), err) {
-			s.m.circuitOpen.Set(1)
-		}
+		s.onErr(err)
 	}
 	return err
 }
@@ -182,4 +189,12 @@ func neutral(ctx context.Context, err error) bool {
 		}
 	}
 	return errors.Is(err, context.Canceled) && ctx.Err() != nil
+}
+
+// gauge is a boolean as a gauge's value.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

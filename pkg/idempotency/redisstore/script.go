@@ -62,14 +62,20 @@ func run(ctx context.Context, c Processor, sc script, keys []string, args ...any
 }
 
 func runAs(ctx context.Context, c Processor, verb, script string, keys []string, args []any) (any, error) {
+	cmd := scriptCmd(ctx, verb, script, keys, args)
+	_ = c.Process(ctx, cmd) // the error is also on cmd
+	return cmd.Result()
+}
+
+// scriptCmd is `verb script len(keys) keys... args...` as a command go-redis
+// never re-sends; verb is evalsha (script is the SHA-1) or eval (the source).
+func scriptCmd(ctx context.Context, verb, script string, keys []string, args []any) noRetryCmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, verb, script, len(keys))
 	for _, k := range keys {
 		a = append(a, k)
 	}
-	cmd := noRetryCmd{redis.NewCmd(ctx, append(a, args...)...)}
-	_ = c.Process(ctx, cmd) // the error is also on cmd
-	return cmd.Result()
+	return noRetryCmd{redis.NewCmd(ctx, append(a, args...)...)}
 }
 
 // Reply codes of begin.lua. The scripts also hard-code the hash fields

@@ -45,6 +45,9 @@ type Options struct {
 	// CompressAbove gzips bodies of at least this many bytes when that
 	// makes them smaller; default 1 KiB, negative never compresses.
 	CompressAbove int
+	// Wait, when its Replicas is above 0, makes Complete wait (Redis WAIT)
+	// until that many replicas have the record (wait.go).
+	Wait Wait
 }
 
 // Store is an idempotency.Store on Redis. It does not own the client: Close
@@ -55,6 +58,7 @@ type Store struct {
 	prefix   string
 	maxBody  int64
 	compress int
+	wait     Wait
 	closed   atomic.Bool
 }
 
@@ -68,7 +72,10 @@ func New(client Processor, o Options) (*Store, error) {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return nil, fmt.Errorf("idempotency redisstore: prefix %q must not contain '{' or '}'", o.Prefix)
 	}
-	s := &Store{client: client, prefix: o.Prefix, maxBody: o.MaxBodyBytes, compress: o.CompressAbove}
+	if err := o.Wait.check(client); err != nil {
+		return nil, err
+	}
+	s := &Store{client: client, prefix: o.Prefix, maxBody: o.MaxBodyBytes, compress: o.CompressAbove, wait: o.Wait}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -124,7 +131,7 @@ func (s *Store) Complete(ctx context.Context, l idempotency.Lease, resp idempote
 		enc, body = encodeBody(resp.Body, s.compress)
 	}
 	f := [][]byte{[]byte(state), []byte(strconv.Itoa(resp.Status)), encodeHeaders(resp.Headers), body, []byte(enc), encodeRef(resp.BodyRef)}
-	v, err := run(ctx, s.client, completeScript, []string{s.Key(l.Scope, l.Key)},
+	v, err := s.runComplete(ctx, s.Key(l.Scope, l.Key), // wait.go
 		l.Token, ms(l.TTLs.Record), f[0], f[1], f[2], f[3], f[4], f[5], digest(f...))
 	if err = lost(v, err); err != nil {
 		return fmt.Errorf("idempotency complete: %w", err)

