@@ -72,6 +72,15 @@ type Rule struct {
 	DetailedMetric bool
 	// ShareThreshold makes all values matching a wildcard share one counter.
 	ShareThreshold bool
+	// QuotaMode rules (envoyproxy/ratelimit's quota_mode) deny a request
+	// only when every quota-mode descriptor of it is over its limit; one
+	// over-limit quota descriptor among others with room is reported
+	// OVER_LIMIT in its own status but does not deny.
+	QuotaMode bool
+	// Metadata is the descriptor's `metadata` mapping (JSON-like values:
+	// string, float64, bool, nil, []any, map[string]any), returned in the
+	// RLS response's dynamic metadata when that is enabled. Read-only.
+	Metadata map[string]any
 }
 
 // Named reports whether name is the rule's Name or the name of one of its
