@@ -26,6 +26,14 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
 	// RLSTenantKey is the descriptor entry key read as the tenant; empty disables.
 	RLSTenantKey string `envconfig:"RLS_TENANT_KEY" default:"tenant"`
+	// ShadowMode answers OK to every RLS request that would be denied (envoyproxy/ratelimit's SHADOW_MODE).
+	ShadowMode bool `envconfig:"SHADOW_MODE" default:"false"`
+	// QuotaMode puts every RLS descriptor in quota mode (envoyproxy/ratelimit's QUOTA_MODE).
+	QuotaMode bool `envconfig:"QUOTA_MODE" default:"false"`
+	// ResponseDynamicMetadata returns dynamic metadata in RLS responses (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
+	ResponseDynamicMetadata bool `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
+	// MergeDomains lets several policy files define one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
+	MergeDomains bool `envconfig:"MERGE_DOMAINS" default:"false"`
 
 	// RedisURL selects the Redis store (redis:// or rediss://); empty uses the embedded memory store.
 	RedisURL string `envconfig:"REDIS_URL" default:""`

@@ -22,7 +22,7 @@ type policySource struct {
 // newPolicySource loads the policy at path (failing when the first load
 // fails: starting without the intended limits would silently enforce none)
 // and counts later reloads on reg.
-func newPolicySource(path string, reg prometheus.Registerer, log *slog.Logger) (*policySource, error) {
+func newPolicySource(path string, opts policy.LoadOptions, reg prometheus.Registerer, log *slog.Logger) (*policySource, error) {
 	if path == "" {
 		empty := &policy.Policy{Domains: map[string]*policy.Domain{}}
 		log.Warn("no policy configured (EXTAUTHZ_CONFIG is empty): no descriptor matches")
@@ -42,6 +42,7 @@ func newPolicySource(path string, reg prometheus.Registerer, log *slog.Logger) (
 		}
 	}
 	w, err := policy.NewWatcher(path, policy.WatcherOptions{
+		Load: opts,
 		OnReload: func(p *policy.Policy) {
 			reloads.Inc()
 			log.Info("policy reloaded", "files", len(p.Files), "domains", len(p.Domains))

@@ -46,6 +46,7 @@ type RLS struct {
 	policies  PolicySource
 	metrics   *Metrics
 	tenantKey string
+	mode      rlsMode
 }
 
 // RLSOption configures NewRLS.
@@ -124,7 +125,10 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 		return nil, storeError(ctx, err)
 	}
-	resp := respond(items, decisions)
+	resp := respond(items, decisions, s.mode)
+	if s.mode.metadata {
+		resp.DynamicMetadata = responseMetadata(req, items, resp)
+	}
 	for _, it := range items {
 		s.metrics.Decision(APIRateLimit, label, it.outcome)
 	}

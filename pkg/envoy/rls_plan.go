@@ -24,6 +24,9 @@ type planned struct {
 	names  []string
 	// shadow answers OK whatever the decision.
 	shadow bool
+	// quota is the rule's quota_mode: over its limit, the descriptor denies
+	// only when every quota descriptor of the request is over too.
+	quota bool
 	// blocked denies without asking the store (requests_per_unit: 0).
 	blocked bool
 	// batch is the index of the descriptor's ratelimit.Request, hits its cost.
@@ -108,6 +111,7 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		limits:  m.Rule.Limits,
 		names:   limitNames(m.Rule, m.Rule.Limits),
 		shadow:  m.Rule.ShadowMode,
+		quota:   m.Rule.QuotaMode,
 		blocked: m.Rule.Blocked,
 	}
 	return p, ratelimit.Key(tenant, domain, keyEntries)
