@@ -23,11 +23,6 @@ type policySource struct {
 // fails: starting without the intended limits would silently enforce none)
 // and counts later reloads on reg.
 func newPolicySource(path string, opts policy.LoadOptions, reg prometheus.Registerer, log *slog.Logger) (*policySource, error) {
-	if path == "" {
-		empty := &policy.Policy{Domains: map[string]*policy.Domain{}}
-		log.Warn("no policy configured (EXTAUTHZ_CONFIG is empty): no descriptor matches")
-		return &policySource{PolicySource: envoy.PolicyFunc(func() *policy.Policy { return empty })}, nil
-	}
 	reloads := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "extauthz_policy_reloads_total",
 		Help: "Policy reloads that took effect after a change on disk.",
@@ -40,6 +35,13 @@ func newPolicySource(path string, opts policy.LoadOptions, reg prometheus.Regist
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register policy metrics: %w", err)
 		}
+	}
+	// Registered even without a policy, so dashboards and alerts find the
+	// series whatever the configuration.
+	if path == "" {
+		empty := &policy.Policy{Domains: map[string]*policy.Domain{}}
+		log.Warn("no policy configured (EXTAUTHZ_CONFIG is empty): no descriptor matches")
+		return &policySource{PolicySource: envoy.PolicyFunc(func() *policy.Policy { return empty })}, nil
 	}
 	w, err := policy.NewWatcher(path, policy.WatcherOptions{
 		Load: opts,
