@@ -72,7 +72,7 @@ func TestRLSQuotaMode(t *testing.T) {
 	if _, ok := header(r, HeaderRetryAfter); ok {
 		t.Error("admitted with one quota exhausted, but Retry-After was sent")
 	}
-	if got := counterValue(t, e.reg, "extauthz_decisions_total", map[string]string{"outcome": OutcomeOverLimit}); got != 1 {
+	if got := counterValue(t, e.reg, "extauthz_decisions_total", map[string]string{"api": APIRateLimit, "outcome": OutcomeOverLimit}); got != 1 {
 		t.Errorf("over_limit decisions = %v, want 1", got)
 	}
 	r = e.call(t, req)
