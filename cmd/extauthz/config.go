@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
 )
 
 // Config is the service's configuration, read from EXTAUTHZ_* environment
@@ -34,6 +36,10 @@ type Config struct {
 	ResponseDynamicMetadata bool `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
 	// MergeDomains lets several policy files define one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
 	MergeDomains bool `envconfig:"MERGE_DOMAINS" default:"false"`
+	// NearLimitRatio is the share of a limit past which admitted hits count as near_limit, in (0, 1].
+	NearLimitRatio float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
+	// RuleMetricsMaxSeries bounds the distinct rule labels of extauthz_rule_hits_total; 0 turns it off.
+	RuleMetricsMaxSeries int `envconfig:"RULE_METRICS_MAX_SERIES" default:"1000"`
 
 	// RedisURL selects the Redis store (redis:// or rediss://); empty uses the embedded memory store.
 	RedisURL string `envconfig:"REDIS_URL" default:""`
@@ -109,7 +115,27 @@ func (c Config) Validate() error {
 	if c.FailureMode != "open" && c.FailureMode != "closed" {
 		bad("FAILURE_MODE", "must be open or closed, got %q", c.FailureMode)
 	}
+	c.validateRuleMetrics(bad)
 	return errors.Join(errs...)
+}
+
+// validateRuleMetrics checks the per-rule metrics' variables.
+func (c Config) validateRuleMetrics(bad func(name, format string, args ...any)) {
+	if !(c.NearLimitRatio >= 0 && c.NearLimitRatio <= 1) { // 0: the default, as in envoy.MetricsOptions
+		bad("NEAR_LIMIT_RATIO", "must be in (0, 1], got %v", c.NearLimitRatio)
+	}
+	if c.RuleMetricsMaxSeries < 0 {
+		bad("RULE_METRICS_MAX_SERIES", "must not be negative, got %d", c.RuleMetricsMaxSeries)
+	}
+}
+
+// metricsOptions are the per-rule metrics' settings.
+func (c Config) metricsOptions() envoy.MetricsOptions {
+	o := envoy.MetricsOptions{NearLimitRatio: c.NearLimitRatio, MaxRuleSeries: c.RuleMetricsMaxSeries}
+	if o.MaxRuleSeries == 0 {
+		o.MaxRuleSeries = -1 // off
+	}
+	return o
 }
 
 // slogLevel parses LogLevel.

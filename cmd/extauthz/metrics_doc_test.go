@@ -159,8 +159,8 @@ func TestMetricsMatchREADME(t *testing.T) {
 func checkValues(t *testing.T, mode, name string, fam scrapedFamily, readme string) {
 	t.Helper()
 	for label, values := range fam.labels {
-		if label == "domain" || (name == "extauthz_invalid_requests_total" && label == "reason") {
-			continue // policy domains; validation reasons are listed in the code
+		if label == "domain" || label == "rule" || (name == "extauthz_invalid_requests_total" && label == "reason") {
+			continue // from the policy; validation reasons are listed in the code
 		}
 		for v := range values {
 			if !strings.Contains(readme, "`"+v+"`") && !strings.Contains(readme, `"`+v+`"`) {

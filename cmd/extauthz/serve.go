@@ -74,7 +74,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	s := &server{log: log, policy: src, store: store, timeout: cfg.ShutdownTimeout}
 	defer s.closeStore()
-	metrics, err := envoy.NewMetrics(reg)
+	metrics, err := envoy.NewMetricsWith(reg, cfg.metricsOptions())
 	if err != nil {
 		return err
 	}

@@ -30,3 +30,20 @@ func TestBinaryValidateMergeDomains(t *testing.T) {
 		t.Errorf("bad EXTAUTHZ_MERGE_DOMAINS: exit %d, want 2", code)
 	}
 }
+
+// TestConfigValidateRuleMetrics: the per-rule metrics' variables are
+// checked and named.
+func TestConfigValidateRuleMetrics(t *testing.T) {
+	t.Parallel()
+	cfg := Config{GRPCAddr: ":1", HTTPAddr: ":2", LogLevel: "info", ShutdownTimeout: 1, FailureMode: "open",
+		NearLimitRatio: 1.5, RuleMetricsMaxSeries: -1}
+	err := cfg.Validate()
+	for _, name := range []string{"EXTAUTHZ_NEAR_LIMIT_RATIO", "EXTAUTHZ_RULE_METRICS_MAX_SERIES"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Validate() = %v, want a problem with %s", err, name)
+		}
+	}
+	if o := (Config{RuleMetricsMaxSeries: 0}).metricsOptions(); o.MaxRuleSeries >= 0 {
+		t.Errorf("RULE_METRICS_MAX_SERIES=0 gives MaxRuleSeries %d, want it off (negative)", o.MaxRuleSeries)
+	}
+}

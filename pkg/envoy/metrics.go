@@ -45,6 +45,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	invalid   *prometheus.CounterVec
+	rules     *ruleMetrics
 }
 
 // NewMetrics creates the metrics and registers them on reg:
@@ -54,7 +55,13 @@ type Metrics struct {
 //	                                                 outcomes are idempotency events)
 //	extauthz_decision_duration_seconds{api}          time to answer one call
 //	extauthz_invalid_requests_total{api,reason}      calls rejected as InvalidArgument
+//	extauthz_rule_hits_total{api,rule,stat}          hits per rate-limit rule (see MetricsOptions)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	return NewMetricsWith(reg, MetricsOptions{})
+}
+
+// NewMetricsWith is NewMetrics with options.
+func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("envoy: nil prometheus registerer")
 	}
@@ -79,6 +86,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("envoy: register metrics: %w", err)
 		}
 	}
+	rules, err := newRuleMetrics(reg, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.rules = rules
 	m.precreate()
 	return m, nil
 }

@@ -132,6 +132,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	for _, it := range items {
 		s.metrics.Decision(APIRateLimit, label, it.outcome)
 	}
+	s.metrics.countRules(items, decisions)
 	return resp, nil
 }
 

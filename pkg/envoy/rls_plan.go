@@ -17,6 +17,9 @@ type planned struct {
 	outcome string
 	// rule is the matched rule; nil when none matched.
 	rule *policy.Rule
+	// metric is the match's metric ID (policy.Match.MetricID), the "rule"
+	// label of the per-rule metrics; empty for an unmatched override.
+	metric string
 	// override marks a descriptor carrying its own limit (RateLimitDescriptor.limit).
 	override bool
 	// limits are decided for this descriptor, names[i] naming limits[i].
@@ -65,14 +68,17 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest) ([]planned, 
 	}
 	var reqs []ratelimit.Request
 	for i := range items {
-		if !items[i].counted() || items[i].blocked {
+		if !items[i].counted() {
 			continue
 		}
 		h := hits
 		if w := descs[i].GetHitsAddend(); w != nil {
 			h = int64(w.GetValue()) // validated <= MaxHitsAddend; 0 checks without charging
 		}
-		items[i].batch, items[i].hits = len(reqs), h
+		if items[i].hits = h; items[i].blocked {
+			continue
+		}
+		items[i].batch = len(reqs)
 		reqs = append(reqs, ratelimit.Request{Key: keys[i], Limits: items[i].limits, Hits: h})
 	}
 	return items, reqs
@@ -96,7 +102,9 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		if ok {
 			rule = m.Rule
 		}
-		return overridePlan(rule, o, tenant, domain, keyEntries)
+		p, key := overridePlan(rule, o, tenant, domain, keyEntries)
+		p.metric = m.MetricID
+		return p, key
 	}
 	switch {
 	case !ok:
@@ -108,6 +116,7 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 	}
 	p := planned{
 		rule:    m.Rule,
+		metric:  m.MetricID,
 		limits:  m.Rule.Limits,
 		names:   limitNames(m.Rule, m.Rule.Limits),
 		shadow:  m.Rule.ShadowMode,
