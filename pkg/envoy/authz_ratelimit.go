@@ -32,7 +32,7 @@ func (s *Authz) rateLimit(ctx context.Context, tenant string, route *policy.Rout
 	dec := decs[0]
 	s.metrics.rules.count(APIExtAuthz, httpLimitDomain+"."+route.Name, 1, dec, false)
 	qs, violated, retry := routeQuotas(route, dec)
-	hs := rateLimitHeaders(qs, !dec.Allowed, retry)
+	hs := styledHeaders(route.HeaderStyle, qs, !dec.Allowed, retry)
 	if dec.Allowed {
 		return nil, hs, nil
 	}

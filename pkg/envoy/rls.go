@@ -113,9 +113,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		return nil, status.Error(codes.InvalidArgument, bad.msg)
 	}
 	dom := s.domain(req.GetDomain())
-	label := UnknownDomain
+	label, mode := UnknownDomain, s.mode
 	if dom != nil {
-		label = dom.Name
+		label, mode.style = dom.Name, dom.HeaderStyle
 	}
 	items, reqs := s.plan(dom, req)
 	decisions, err := s.decide(ctx, reqs)
@@ -125,8 +125,8 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 		return nil, storeError(ctx, err)
 	}
-	resp := respond(items, decisions, s.mode)
-	if s.mode.metadata {
+	resp := respond(items, decisions, mode)
+	if mode.metadata {
 		resp.DynamicMetadata = responseMetadata(req, items, resp)
 	}
 	for _, it := range items {

@@ -5,14 +5,18 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/extauthz/extauthz/pkg/policy"
 )
 
 // rlsMode holds the process-wide switches envoyproxy/ratelimit users know
-// as SHADOW_MODE, QUOTA_MODE and RESPONSE_DYNAMIC_METADATA.
+// as SHADOW_MODE, QUOTA_MODE and RESPONSE_DYNAMIC_METADATA, and, per
+// answer, the domain's header style.
 type rlsMode struct {
-	shadow   bool // never deny; count and report as usual
-	quota    bool // every descriptor is in quota mode
-	metadata bool // return dynamic metadata
+	shadow   bool               // never deny; count and report as usual
+	quota    bool               // every descriptor is in quota mode
+	metadata bool               // return dynamic metadata
+	style    policy.HeaderStyle // the domain's rate-limit header fields
 }
 
 // WithGlobalShadowMode makes the RLS answer OK to every request that would

@@ -57,7 +57,7 @@ func respond(items []planned, decisions []ratelimit.Decision, mode rlsMode) *rls
 	if over {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	resp.ResponseHeadersToAdd = rateLimitHeaders(quotas, over, v.retryAfter())
+	resp.ResponseHeadersToAdd = styledHeaders(mode.style, quotas, over, v.retryAfter())
 	return resp
 }
 

@@ -127,3 +127,35 @@ func TestMergeDomainsReplacesChecked(t *testing.T) {
 		t.Errorf("error %v, want b.yaml: no rule named \"nope\"", err)
 	}
 }
+
+// TestHeaderStyle: a domain file's header_style, the http section's default
+// and a route's own; an unknown style and a style in a file without a domain
+// are errors.
+func TestHeaderStyle(t *testing.T) {
+	t.Parallel()
+	p := mustLoad(t, "h.yaml", `
+domain: d
+header_style: X-RateLimit
+descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]
+http:
+  header_style: ratelimit
+  routes:
+    - {name: a, path_prefix: /a}
+    - {name: b, path_prefix: /b, header_style: none}
+`)
+	if got := p.Domain("d").HeaderStyle; got != HeaderStyleXRateLimit {
+		t.Errorf("domain style %q", got)
+	}
+	if a, b := p.HTTP.Routes[0].HeaderStyle, p.HTTP.Routes[1].HeaderStyle; a != HeaderStyleRateLimit || b != HeaderStyleNone {
+		t.Errorf("route styles %q %q", a, b)
+	}
+	if r := mustLoad(t, "d.yaml", "http:\n  routes: [{name: a, path_prefix: /a}]\n").HTTP.Routes[0]; r.HeaderStyle != HeaderStyleIETF {
+		t.Errorf("default route style %q", r.HeaderStyle)
+	}
+	if msg, _ := loadErr(t, "u.yaml", "domain: d\nheader_style: draft\n"); !strings.Contains(msg, "header_style: unknown header style") {
+		t.Errorf("unknown style: %q", msg)
+	}
+	if msg, _ := loadErr(t, "n.yaml", "header_style: ietf\nhttp:\n  routes: [{name: a, path_prefix: /a}]\n"); !strings.Contains(msg, "http.header_style") {
+		t.Errorf("style without a domain: %q", msg)
+	}
+}

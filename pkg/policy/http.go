@@ -16,8 +16,15 @@ func (d *decoder) http(f field) *HTTP {
 			d.exempt(kv, &h.Exempt)
 		case "routes":
 			h.Routes = d.routes(kv)
+		case "header_style":
+			h.HeaderStyle = d.headerStyle(kv)
 		default:
 			d.unknown(kv)
+		}
+	}
+	for _, r := range h.Routes {
+		if r.HeaderStyle == "" {
+			r.HeaderStyle = h.HeaderStyle.OrDefault()
 		}
 	}
 	return h
@@ -120,6 +127,8 @@ func (d *decoder) route(f field) *Route {
 			}
 		case "idempotency":
 			r.Idempotency = d.idempotency(kv)
+		case "header_style":
+			r.HeaderStyle = d.headerStyle(kv)
 		default:
 			d.unknown(kv)
 		}

@@ -181,7 +181,7 @@ func parseFile(name string, data []byte, probs *Errors) parsedFile {
 		return pf
 	}
 	d := newDecoder(name, probs)
-	var domain, descs, http field
+	var domain, descs, http, style field
 	for _, kv := range d.fields(root, "") {
 		switch kv.key {
 		case "domain":
@@ -190,6 +190,8 @@ func parseFile(name string, data []byte, probs *Errors) parsedFile {
 			descs = kv
 		case "http":
 			http = kv
+		case "header_style":
+			style = kv
 		default:
 			d.unknown(kv)
 		}
@@ -205,10 +207,16 @@ func parseFile(name string, data []byte, probs *Errors) parsedFile {
 	case name != "":
 		pf.domain, pf.builder = d.domain(name, descs, descs.node != nil)
 		pf.domainLine = domain.line
+		if style.node != nil {
+			pf.domain.HeaderStyle = d.headerStyle(style)
+		}
 	case domain.node != nil:
 		d.problem(domain.line, "domain", "must not be empty")
 	case descs.node != nil || http.node == nil:
 		d.problem(1, "domain", "is required (a file holds a domain with its descriptors, an http section, or both)")
+	}
+	if style.node != nil && pf.domain == nil {
+		d.problem(style.line, style.path, "is the header style of a domain's RLS answers; set http.header_style for routes")
 	}
 	return pf
 }

@@ -11,6 +11,13 @@ import (
 // domain name, so the moved subtrees keep their metric IDs and depths.
 func (d *Domain) merge(other *Domain) Errors {
 	var probs Errors
+	switch {
+	case d.HeaderStyle == "":
+		d.HeaderStyle = other.HeaderStyle
+	case other.HeaderStyle != "" && other.HeaderStyle != d.HeaderStyle:
+		probs = append(probs, &Problem{File: other.File, Field: "header_style",
+			Message: fmt.Sprintf("%q differs from %q in %s", other.HeaderStyle, d.HeaderStyle, d.File)})
+	}
 	for _, key := range sortedKeys(other.root.children) {
 		kc := other.root.children[key]
 		for _, c := range kc.all() {

@@ -44,6 +44,9 @@ type Domain struct {
 	Name string
 	// File is where the domain was defined.
 	File string
+	// HeaderStyle is the file's header_style: the rate-limit header fields
+	// of the domain's RLS answers (zero: HeaderStyleIETF).
+	HeaderStyle HeaderStyle
 
 	root *node
 }
@@ -122,6 +125,8 @@ type HTTP struct {
 	Exempt Exemptions
 	// Routes are tried in order; the first that matches applies.
 	Routes []*Route
+	// HeaderStyle is the routes' default header_style.
+	HeaderStyle HeaderStyle
 }
 
 // TenantSource names where the tenant of an HTTP request is read from; the
@@ -161,6 +166,9 @@ type Route struct {
 	Limits []ratelimit.Limit
 	// Idempotency is nil when the route does not use Idempotency-Key.
 	Idempotency *Idempotency
+	// HeaderStyle is the rate-limit header fields of the route's answers,
+	// its own header_style or the http section's (never zero once loaded).
+	HeaderStyle HeaderStyle
 
 	hosts      []hostPattern // Hosts, parsed
 	pathPrefix string
