@@ -3,7 +3,7 @@ package policy
 import (
 	"strconv"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // metadata reads a descriptor's `metadata`: a mapping of arbitrary

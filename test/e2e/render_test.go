@@ -6,7 +6,7 @@ import (
 	"net"
 	"strconv"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // renderSpec says what to substitute in an envoy/ configuration so that it
