@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
 )
 
 // Config is the service's configuration, read from EXTAUTHZ_* environment
@@ -32,6 +34,18 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
 	// RLSTenantKey is the descriptor entry key read as the tenant; empty disables.
 	RLSTenantKey string `envconfig:"RLS_TENANT_KEY" default:"tenant"`
+	// ShadowMode answers OK to every RLS request that would be denied (envoyproxy/ratelimit's SHADOW_MODE).
+	ShadowMode bool `envconfig:"SHADOW_MODE" default:"false"`
+	// QuotaMode puts every RLS descriptor in quota mode (envoyproxy/ratelimit's QUOTA_MODE).
+	QuotaMode bool `envconfig:"QUOTA_MODE" default:"false"`
+	// ResponseDynamicMetadata returns dynamic metadata in RLS responses (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
+	ResponseDynamicMetadata bool `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
+	// MergeDomains lets several policy files define one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
+	MergeDomains bool `envconfig:"MERGE_DOMAINS" default:"false"`
+	// NearLimitRatio is the share of a limit past which admitted hits count as near_limit, in (0, 1].
+	NearLimitRatio float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
+	// RuleMetricsMaxSeries bounds the distinct rule labels of extauthz_rule_hits_total; 0 turns it off.
+	RuleMetricsMaxSeries int `envconfig:"RULE_METRICS_MAX_SERIES" default:"1000"`
 
 	// RedisURL selects the Redis store (redis:// or rediss://); empty uses the embedded memory store.
 	RedisURL string `envconfig:"REDIS_URL" default:""`
@@ -156,6 +170,8 @@ func (c Config) rules() []rule {
 		{"IDEMPOTENCY_MEMORY_MAX_KEYS", "0 (unbounded) or more", c.IdempotencyMemoryMaxKeys, c.IdempotencyMemoryMaxKeys >= 0},
 		{"GRPC_MAX_RECV_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxRecvBytes, validGRPCMessage(c.GRPCMaxRecvBytes)},
 		{"GRPC_MAX_SEND_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxSendBytes, validGRPCMessage(c.GRPCMaxSendBytes)},
+		{"NEAR_LIMIT_RATIO", "a ratio in (0, 1] (0: the default, 0.8)", c.NearLimitRatio, c.NearLimitRatio >= 0 && c.NearLimitRatio <= 1},
+		{"RULE_METRICS_MAX_SERIES", "0 (per-rule metrics off) or more", c.RuleMetricsMaxSeries, c.RuleMetricsMaxSeries >= 0},
 		{"REDIS_BREAKER_THRESHOLD", "1 to 1000 failures in a row", c.RedisBreakerThreshold, c.RedisBreakerThreshold >= 1 && c.RedisBreakerThreshold <= 1000},
 		{"REDIS_BREAKER_PAUSE", "a duration above 0, e.g. 1s", c.RedisBreakerPause, c.RedisBreakerPause > 0},
 		{"IDEMPOTENCY_WAIT_REPLICAS", "0 (no WAIT) to 16", c.IdempotencyWaitReplicas, c.IdempotencyWaitReplicas >= 0 && c.IdempotencyWaitReplicas <= 16},
@@ -174,6 +190,15 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// metricsOptions are the per-rule metrics' settings.
+func (c Config) metricsOptions() envoy.MetricsOptions {
+	o := envoy.MetricsOptions{NearLimitRatio: c.NearLimitRatio, MaxRuleSeries: c.RuleMetricsMaxSeries}
+	if o.MaxRuleSeries == 0 {
+		o.MaxRuleSeries = -1 // off
+	}
+	return o
 }
 
 // slogLevel parses LogLevel.

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
-	"github.com/extauthz/extauthz/pkg/idempotency"
 	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
 )
@@ -43,7 +42,7 @@ func processOnce(t *testing.T, req *extprocv3.ProcessingRequest, opts ...grpc.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := idempotency.NewMetrics(reg)
+	events, err := envoy.NewIdempotencyMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,12 +22,7 @@ type policySource struct {
 // newPolicySource loads the policy at path (failing when the first load
 // fails: starting without the intended limits would silently enforce none)
 // and counts later reloads on reg.
-func newPolicySource(path string, reg prometheus.Registerer, log *slog.Logger) (*policySource, error) {
-	if path == "" {
-		empty := &policy.Policy{Domains: map[string]*policy.Domain{}}
-		log.Warn("no policy configured (EXTAUTHZ_CONFIG is empty): no descriptor matches")
-		return &policySource{PolicySource: envoy.PolicyFunc(func() *policy.Policy { return empty })}, nil
-	}
+func newPolicySource(path string, opts policy.LoadOptions, reg prometheus.Registerer, log *slog.Logger) (*policySource, error) {
 	reloads := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "extauthz_policy_reloads_total",
 		Help: "Policy reloads that took effect after a change on disk.",
@@ -41,7 +36,15 @@ func newPolicySource(path string, reg prometheus.Registerer, log *slog.Logger) (
 			return nil, fmt.Errorf("register policy metrics: %w", err)
 		}
 	}
+	// Registered even without a policy, so dashboards and alerts find the
+	// series whatever the configuration.
+	if path == "" {
+		empty := &policy.Policy{Domains: map[string]*policy.Domain{}}
+		log.Warn("no policy configured (EXTAUTHZ_CONFIG is empty): no descriptor matches")
+		return &policySource{PolicySource: envoy.PolicyFunc(func() *policy.Policy { return empty })}, nil
+	}
 	w, err := policy.NewWatcher(path, policy.WatcherOptions{
+		Load: opts,
 		OnReload: func(p *policy.Policy) {
 			reloads.Inc()
 			log.Info("policy reloaded", "files", len(p.Files), "domains", len(p.Domains))

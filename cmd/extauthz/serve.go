@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -70,7 +71,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
-	src, err := newPolicySource(cfg.Config, reg, log)
+	src, err := newPolicySource(cfg.Config, policy.LoadOptions{MergeDomains: cfg.MergeDomains}, reg, log)
 	if err != nil {
 		return fmt.Errorf("EXTAUTHZ_CONFIG=%q: policy: %w", cfg.Config, err)
 	}
@@ -80,7 +81,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	s := &server{log: log, policy: src, store: store, drainDelay: cfg.DrainDelay, timeout: cfg.ShutdownTimeout}
 	defer s.closeStore()
-	metrics, err := envoy.NewMetrics(reg)
+	metrics, err := envoy.NewMetricsWith(reg, cfg.metricsOptions())
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,9 @@ func (l *serviceList) add(s grpcService, err error) {
 // line: l.add(envoy.NewXxx(...)).
 func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger) ([]grpcService, error) {
 	var l serviceList
-	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey), envoy.WithRLSLogger(log)))
+	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey), envoy.WithRLSLogger(log),
+		envoy.WithGlobalShadowMode(cfg.ShadowMode), envoy.WithGlobalQuotaMode(cfg.QuotaMode),
+		envoy.WithResponseMetadata(cfg.ResponseDynamicMetadata)))
 	timeout := envoy.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
 	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, timeout))
 	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, timeout))

@@ -4,17 +4,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/extauthz/extauthz/pkg/policy"
 )
 
-// validateMain loads the policy at path as the server would and prints every
-// problem (each names its file, line and field) to stderr, or a short summary
-// to stdout when there is none.
+// validateMain loads the policy at path as the server would (honouring
+// EXTAUTHZ_MERGE_DOMAINS) and prints every problem (each names its file,
+// line and field) to stderr, or a short summary to stdout when there is none.
 func validateMain(path string, stdout, stderr io.Writer) int {
-	p, err := policy.Load(path)
+	var opts policy.LoadOptions
+	if v := os.Getenv("EXTAUTHZ_MERGE_DOMAINS"); v != "" {
+		merge, err := strconv.ParseBool(v)
+		if err != nil {
+			fmt.Fprintf(stderr, "EXTAUTHZ_MERGE_DOMAINS: want true or false, got %q\n", v)
+			return 2
+		}
+		opts.MergeDomains = merge
+	}
+	p, err := policy.LoadWith(path, opts)
 	if err != nil {
 		var probs policy.Errors
 		if errors.As(err, &probs) {

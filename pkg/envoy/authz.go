@@ -49,7 +49,7 @@ type Authz struct {
 // idempotency with idem, under the policies' current snapshot. events
 // counts idempotency outcomes; metrics the decisions and their latency.
 // Of the options, WithStoreTimeout applies.
-func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics, opts ...IdempotencyOption) (*Authz, error) {
+func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySource, metrics *Metrics, events *IdempotencyMetrics, opts ...IdempotencyOption) (*Authz, error) {
 	switch {
 	case isNil(limits):
 		return nil, errors.New("envoy: NewAuthz: nil rate-limit store")
@@ -118,7 +118,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 
 // idempotency takes the Idempotency-Key decision and renders it.
 func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkRequest, rl []*corev3.HeaderValue) *authv3.CheckResponse {
-	res := s.gate.decide(ctx, idempotency.APIExtAuthz, route, r.idemRequest)
+	res := s.gate.decide(ctx, APIExtAuthz, route, r.idemRequest)
 	switch res.kind {
 	case gateReply:
 		return deniedResponse(codes.PermissionDenied, withHeaders(res.reply, rl))
@@ -130,7 +130,7 @@ func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkReq
 				lease: idempotency.Lease{Scope: keyScope(r.tenant, route), Key: res.key, TTLs: ttlsOf(route.Idempotency)}}
 			return okResponse(rl, h.toStruct())
 		}
-		s.gate.events.Count(idempotency.APIExtAuthz, idempotency.EventReplayed)
+		s.gate.events.Count(APIExtAuthz, idempotency.EventReplayed)
 		return deniedResponse(codes.PermissionDenied, withHeaders(rep, rl))
 	case gateLease:
 		h := handoff{action: ActionLease, lease: res.lease, route: route.Name, fp: res.fp}

@@ -106,7 +106,7 @@ type gateResult struct {
 // gate takes the request-side decision shared by ext_authz and ext_proc.
 type gate struct {
 	store   idempotency.Store
-	events  *idempotency.Metrics
+	events  *IdempotencyMetrics
 	timeout time.Duration // bounds every store call
 }
 

@@ -161,7 +161,7 @@ func TestWiringBStoresAndReplays(t *testing.T) {
 	if e.event(apiExtProc, idempotency.EventStored) != stored {
 		t.Error("ext_proc stored ext_authz's replay")
 	}
-	if e.event(idempotency.APIExtAuthz, idempotency.EventReplayed) != 1 {
+	if e.event(APIExtAuthz, idempotency.EventReplayed) != 1 {
 		t.Error("replayed not counted")
 	}
 }
@@ -336,7 +336,7 @@ func TestNewServersRejectNilDependencies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := idempotency.NewMetrics(reg)
+	ev, err := NewIdempotencyMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

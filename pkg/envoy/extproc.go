@@ -54,7 +54,7 @@ type ExtProc struct {
 // NewExtProc returns an ExtProc keeping idempotency records in idem under
 // the policies' current snapshot. events counts idempotency outcomes;
 // metrics times each message.
-func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics, events *idempotency.Metrics, opts ...IdempotencyOption) (*ExtProc, error) {
+func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics, events *IdempotencyMetrics, opts ...IdempotencyOption) (*ExtProc, error) {
 	switch {
 	case isNil(idem):
 		return nil, errors.New("envoy: NewExtProc: nil idempotency store")

@@ -193,7 +193,7 @@ func TestWiringBTooLargeIsNotReplayable(t *testing.T) {
 	s.send(reqHeaders(filterv3.ProcessingMode_NONE, false, md, ":method", "POST", ":path", "/orders/1"))
 	s.upstream(201, bytes.Repeat([]byte("x"), 5000), viaUpstream, 0)
 	wantDenied(t, e.post(t, "/orders/1", "acme", "k", []byte("{}")), 409, ProblemNotReplayable)
-	if got := e.event(idempotency.APIExtAuthz, idempotency.EventUnreplayable); got != 1 {
+	if got := e.event(APIExtAuthz, idempotency.EventUnreplayable); got != 1 {
 		t.Errorf("unreplayable = %v, want 1", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
 )
@@ -23,7 +22,7 @@ func FuzzIdempotencyServers(f *testing.F) {
 	p := writePolicy(f, idemPolicy)
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
-	ev, _ := idempotency.NewMetrics(reg)
+	ev, _ := NewIdempotencyMetrics(reg)
 	store := memstore.New(memstore.Config{})
 	src := PolicyFunc(func() *policy.Policy { return p })
 	proc, _ := NewExtProc(store, src, m, ev)

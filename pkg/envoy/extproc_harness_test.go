@@ -58,7 +58,7 @@ type idemEnv struct {
 	store  *flakyStore
 	limits *recordingStore
 	reg    *prometheus.Registry
-	events *idempotency.Metrics
+	events *IdempotencyMetrics
 	authz  authv3.AuthorizationClient
 	proc   extprocv3.ExternalProcessorClient
 	ticks  chan time.Time // drives lease renewals
@@ -119,7 +119,7 @@ func startIdemStore(t *testing.T, yaml string, store idempotency.Store, opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.events, err = idempotency.NewMetrics(e.reg); err != nil {
+	if e.events, err = NewIdempotencyMetrics(e.reg); err != nil {
 		t.Fatal(err)
 	}
 	az, err := NewAuthz(e.limits, e.store, src, m, e.events)

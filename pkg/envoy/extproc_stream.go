@@ -47,7 +47,7 @@ func newProcStream(s *ExtProc, ctx context.Context) *procStream {
 	return &procStream{s: s, ctx: ctx, pol: httpPolicy(s.policies.Current()), attrs: map[string]*structpb.Value{}}
 }
 
-const apiExtProc = idempotency.APIExtProc
+const apiExtProc = APIExtProc
 
 // handle answers one message.
 func (st *procStream) handle(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {

@@ -47,7 +47,7 @@ func TestAuthzRouteHosts(t *testing.T) {
 	if n := len(e.limits.Calls()); n != 0 {
 		t.Fatalf("host B: %d rate-limit store calls, want 0", n)
 	}
-	if got := e.event(idempotency.APIExtAuthz, idempotency.EventAcquired); got != 0 {
+	if got := e.event(APIExtAuthz, idempotency.EventAcquired); got != 0 {
 		t.Fatalf("host B: acquired = %v, want 0", got)
 	}
 

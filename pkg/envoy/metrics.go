@@ -45,14 +45,23 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	invalid   *prometheus.CounterVec
+	rules     *ruleMetrics
 }
 
 // NewMetrics creates the metrics and registers them on reg:
 //
-//	extauthz_decisions_total{api,domain,outcome}     one per RLS descriptor / per check
+//	extauthz_decisions_total{api,domain,outcome}     one per RLS descriptor / per ext_authz check
+//	                                                 (ext_proc takes no rate-limit decision: its
+//	                                                 outcomes are idempotency events)
 //	extauthz_decision_duration_seconds{api}          time to answer one call
 //	extauthz_invalid_requests_total{api,reason}      request parts decided by a fallback rule
+//	extauthz_rule_hits_total{api,rule,stat}          hits per rate-limit rule (see MetricsOptions)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	return NewMetricsWith(reg, MetricsOptions{})
+}
+
+// NewMetricsWith is NewMetrics with options.
+func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("envoy: nil prometheus registerer")
 	}
@@ -77,7 +86,26 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("envoy: register metrics: %w", err)
 		}
 	}
+	rules, err := newRuleMetrics(reg, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.rules = rules
+	m.precreate()
 	return m, nil
+}
+
+// precreate makes the series whose labels are known in advance exist from
+// the start, so that rate() and alerts see their first event: the latency
+// of each API and the ext_authz decisions (one domain label, "http"). RLS
+// decisions are labelled by the request's domain and appear with it.
+func (m *Metrics) precreate() {
+	for _, api := range []string{APIRateLimit, APIExtAuthz, APIExtProc} {
+		m.latency.WithLabelValues(api)
+	}
+	for _, o := range []string{OutcomeOK, OutcomeOverLimit, OutcomeNoMatch, OutcomeError} {
+		m.decisions.WithLabelValues(APIExtAuthz, authzDomain, o)
+	}
 }
 
 // Decision counts one decision.

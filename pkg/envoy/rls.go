@@ -49,6 +49,7 @@ type RLS struct {
 	tenantKey string
 	secret    map[string]bool
 	anomalies sampledLog
+	mode      rlsMode
 }
 
 // DefaultSecretKeys are the descriptor entry keys whose values are hashed
@@ -141,9 +142,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	defer func() { s.metrics.Latency(APIRateLimit, time.Since(start)) }()
 
 	dom := s.domain(req.GetDomain())
-	label := UnknownDomain
+	label, mode := UnknownDomain, s.mode
 	if dom != nil {
-		label = dom.Name
+		label, mode.style = dom.Name, dom.HeaderStyle
 	}
 	fixed, anomalies := screen(req)
 	s.report(label, req, anomalies)
@@ -155,11 +156,15 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 		return nil, storeError(ctx, err)
 	}
-	resp := respond(items, decisions)
+	resp := respond(items, decisions, mode)
 	denyRejected(resp, items)
+	if mode.metadata {
+		resp.DynamicMetadata = responseMetadata(req, items, resp)
+	}
 	for _, it := range items {
 		s.metrics.Decision(APIRateLimit, label, it.outcome)
 	}
+	s.metrics.countRules(items, decisions)
 	return resp, nil
 }
 

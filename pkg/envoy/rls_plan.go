@@ -19,6 +19,9 @@ type planned struct {
 	outcome string
 	// rule is the matched rule; nil when none matched.
 	rule *policy.Rule
+	// metric is the match's metric ID (policy.Match.MetricID), the "rule"
+	// label of the per-rule metrics; empty for an unmatched override.
+	metric string
 	// override marks a descriptor carrying its own limit (RateLimitDescriptor.limit).
 	override bool
 	// limits are decided for this descriptor, names[i] naming limits[i].
@@ -26,6 +29,9 @@ type planned struct {
 	names  []string
 	// shadow answers OK whatever the decision.
 	shadow bool
+	// quota is the rule's quota_mode: over its limit, the descriptor denies
+	// only when every quota descriptor of the request is over too.
+	quota bool
 	// blocked denies without asking the store (requests_per_unit: 0).
 	blocked bool
 	// batch is the index of the descriptor's ratelimit.Request, hits its cost.
@@ -73,11 +79,14 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest, fixed []stri
 	}
 	var reqs []ratelimit.Request
 	for i := range items {
-		if !items[i].counted() || items[i].blocked {
+		if !items[i].counted() {
 			continue
 		}
 		h := descriptorHits(descs[i], hits)
-		items[i].batch, items[i].hits = len(reqs), h
+		if items[i].hits = h; items[i].blocked {
+			continue
+		}
+		items[i].batch = len(reqs)
 		reqs = append(reqs, ratelimit.Request{Key: keys[i], Limits: items[i].limits, Hits: h})
 	}
 	return items, reqs
@@ -101,7 +110,9 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		if ok {
 			rule = m.Rule
 		}
-		return overridePlan(rule, terms, tenant, domain, keyEntries)
+		p, key := overridePlan(rule, terms, tenant, domain, keyEntries)
+		p.metric = m.MetricID
+		return p, key
 	}
 	switch {
 	case !ok:
@@ -113,9 +124,11 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 	}
 	p := planned{
 		rule:    m.Rule,
+		metric:  m.MetricID,
 		limits:  m.Rule.Limits,
 		names:   limitNames(m.Rule, m.Rule.Limits),
 		shadow:  m.Rule.ShadowMode,
+		quota:   m.Rule.QuotaMode,
 		blocked: m.Rule.Blocked,
 	}
 	return p, ratelimit.Key(tenant, domain, keyEntries)

@@ -12,18 +12,24 @@ import (
 )
 
 // respond builds the response from the plan and the store's decisions, and
-// sets the outcome of every counted descriptor.
-func respond(items []planned, decisions []ratelimit.Decision) *rlsv3.RateLimitResponse {
+// sets the outcome of every counted descriptor. mode adds the global
+// shadow and quota modes.
+func respond(items []planned, decisions []ratelimit.Decision, mode rlsMode) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
 	}
 	var quotas []quota
-	var retry time.Duration
+	var v verdict
 	for i := range items {
 		it := &items[i]
 		if !it.counted() {
 			resp.Statuses[i] = uncountedStatus(it.outcome)
+			// Globally, every descriptor but an unlimited one is a quota
+			// descriptor, matched or not (envoyproxy/ratelimit counts them so).
+			if mode.quota && it.outcome != OutcomeUnlimited {
+				v.quotaTotal++
+			}
 			continue
 		}
 		var dec ratelimit.Decision
@@ -32,32 +38,94 @@ func respond(items []planned, decisions []ratelimit.Decision) *rlsv3.RateLimitRe
 		} else {
 			dec = decisions[it.batch]
 		}
-		t := tightest(dec)
-		res := dec.Results[t]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{
-			Code:               rlsv3.RateLimitResponse_OK,
-			CurrentLimit:       currentLimit(it.names[t], it.limits[t]),
-			LimitRemaining:     clampUint32(res.Remaining),
-			DurationUntilReset: durationpb.New(res.ResetAfter),
-		}
-		resp.Statuses[i] = st
-		switch {
-		case dec.Allowed:
-			it.outcome = OutcomeOK
-		case it.shadow:
-			it.outcome = OutcomeShadow
-		default:
-			it.outcome = OutcomeOverLimit
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			retry = max(retry, res.RetryAfter)
-		}
+		resp.Statuses[i] = v.add(it, dec, mode.quota || it.quota)
 		if !it.shadow {
 			quotas = appendQuotas(quotas, it, dec)
 		}
 	}
-	resp.ResponseHeadersToAdd = rateLimitHeaders(quotas, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, retry)
+	over := v.over()
+	if over && mode.shadow {
+		// Global shadow mode: counted and reported per descriptor as usual,
+		// but the request is admitted (as envoyproxy/ratelimit's SHADOW_MODE).
+		over = false
+		for i := range items {
+			if items[i].outcome == OutcomeOverLimit {
+				items[i].outcome = OutcomeShadow
+			}
+		}
+	}
+	if over {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	resp.ResponseHeadersToAdd = styledHeaders(mode.style, quotas, over, v.retryAfter())
 	return resp
+}
+
+// verdict gathers the overall answer across the counted descriptors.
+type verdict struct {
+	denied bool          // a descriptor not in quota mode is over its limit
+	retry  time.Duration // the longest wait among those
+	// quotaTotal counts the quota-mode descriptors, quotaOver those over
+	// their limit, quotaRetry the shortest wait among those (when all are
+	// over, the first to free up admits the request).
+	quotaTotal, quotaOver int
+	quotaRetry            time.Duration
+}
+
+// add decides one counted descriptor's status and outcome and tallies it.
+func (v *verdict) add(it *planned, dec ratelimit.Decision, quotaMode bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+	t := tightest(dec)
+	res := dec.Results[t]
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               rlsv3.RateLimitResponse_OK,
+		CurrentLimit:       currentLimit(statusName(it, t), it.limits[t]),
+		LimitRemaining:     clampUint32(res.Remaining),
+		DurationUntilReset: durationpb.New(res.ResetAfter),
+	}
+	if quotaMode {
+		v.quotaTotal++
+	}
+	switch {
+	case dec.Allowed:
+		it.outcome = OutcomeOK
+	case it.shadow:
+		it.outcome = OutcomeShadow
+	default:
+		it.outcome = OutcomeOverLimit
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		if !quotaMode {
+			v.denied, v.retry = true, max(v.retry, res.RetryAfter)
+		} else if v.quotaOver++; v.quotaOver == 1 || res.RetryAfter < v.quotaRetry {
+			v.quotaRetry = res.RetryAfter
+		}
+	}
+	return st
+}
+
+// over reports whether the request is denied: a descriptor not in quota
+// mode is over its limit, or every quota-mode descriptor is.
+func (v *verdict) over() bool {
+	return v.denied || (v.quotaTotal > 0 && v.quotaOver == v.quotaTotal)
+}
+
+// retryAfter is the wait Retry-After reports when the request is denied.
+func (v *verdict) retryAfter() time.Duration {
+	if v.quotaTotal > 0 && v.quotaOver == v.quotaTotal {
+		return max(v.retry, v.quotaRetry)
+	}
+	return v.retry
+}
+
+// statusName is the name current_limit reports: the limit's name as the
+// policy writes it, empty when it names none and for an override, as
+// envoyproxy/ratelimit leaves it (Envoy appends a non-empty name to
+// X-RateLimit-Limit, so a made-up one would change that header). The
+// RateLimit header fields need a name and use it.names instead.
+func statusName(it *planned, i int) string {
+	if it.override {
+		return ""
+	}
+	return it.limits[i].Name
 }
 
 // blockedDecision answers a block-all rule (requests_per_unit: 0): denied,

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
 )
@@ -33,7 +32,7 @@ func FuzzCheckWire(f *testing.F) {
 	p := writePolicy(f, idemPolicy)
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
-	ev, _ := idempotency.NewMetrics(reg)
+	ev, _ := NewIdempotencyMetrics(reg)
 	src := PolicyFunc(func() *policy.Policy { return p })
 	az, err := NewAuthz(newTestStore(f, t0Func), memstore.New(memstore.Config{}), src, m, ev)
 	if err != nil {
@@ -72,7 +71,7 @@ func FuzzProcessWire(f *testing.F) {
 	p := writePolicy(f, idemPolicy)
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
-	ev, _ := idempotency.NewMetrics(reg)
+	ev, _ := NewIdempotencyMetrics(reg)
 	proc, err := NewExtProc(memstore.New(memstore.Config{}), PolicyFunc(func() *policy.Policy { return p }), m, ev)
 	if err != nil {
 		f.Fatal(err)

@@ -1,6 +1,9 @@
 package policy
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // maxDepth bounds descriptor nesting; Envoy sends a handful of entries per
 // descriptor, and a bound keeps a cyclic alias from recursing forever.
@@ -12,28 +15,51 @@ type domainBuilder struct {
 	replaces []ownedRef
 }
 
-// ownedRef is a `replaces` entry and the rule that wrote it.
+// ownedRef is a `replaces` entry, the rule that wrote it and its file.
 type ownedRef struct {
 	ref
 	owner *Rule
+	file  string
 }
 
-// domain builds the descriptor tree of one file.
-func (d *decoder) domain(name string, descs field, hasDescs bool) *Domain {
+// domain builds the descriptor tree of one file. The `replaces` entries are
+// checked by the caller once every file of the domain is read (see
+// domainBuilder.check), since with merged domains a rule may replace one
+// written in another file.
+func (d *decoder) domain(name string, descs field, hasDescs bool) (*Domain, *domainBuilder) {
 	dom := &Domain{Name: name, File: d.file, root: newRoot(name)}
 	b := &domainBuilder{names: map[string]bool{}}
 	if hasDescs {
 		d.descriptors(descs, dom.root, b)
 	}
+	return dom, b
+}
+
+// check reports every `replaces` entry that names its own rule or no rule
+// of the domain.
+func (b *domainBuilder) check(domain string) Errors {
+	var probs Errors
 	for _, r := range b.replaces {
+		msg := ""
 		switch {
 		case r.owner.Named(r.name):
-			d.problem(r.line, r.path, "a rule cannot replace itself")
+			msg = "a rule cannot replace itself"
 		case !b.names[r.name]:
-			d.problem(r.line, r.path, "no rule named %q in domain %q", r.name, name)
+			msg = fmt.Sprintf("no rule named %q in domain %q", r.name, domain)
+		default:
+			continue
 		}
+		probs = append(probs, &Problem{File: r.file, Line: r.line, Field: r.path, Message: msg})
 	}
-	return dom
+	return probs
+}
+
+// absorb adds what other gathered (a later file of the same domain) to b.
+func (b *domainBuilder) absorb(other *domainBuilder) {
+	for name := range other.names {
+		b.names[name] = true
+	}
+	b.replaces = append(b.replaces, other.replaces...)
 }
 
 func (d *decoder) descriptors(f field, parent *node, b *domainBuilder) {
@@ -51,6 +77,8 @@ type descriptorFields struct {
 	key, value                        string
 	rateLimit, rateLimits, subs       field
 	shadow, detailed, share, valueMet bool
+	quota                             bool
+	metadata                          map[string]any
 	has                               map[string]bool
 }
 
@@ -77,6 +105,10 @@ func (d *decoder) descriptorFields(f field) descriptorFields {
 			df.share = d.boolean(kv)
 		case "value_to_metric":
 			df.valueMet = d.boolean(kv)
+		case "quota_mode":
+			df.quota = d.boolean(kv)
+		case "metadata":
+			df.metadata = d.metadata(kv)
 		default:
 			d.unknown(kv)
 		}
@@ -91,9 +123,13 @@ func (d *decoder) descriptor(f field, parent *node, b *domainBuilder) {
 		d.problem(f.line, joinPath(f.path, "key"), "is required and must not be empty")
 		return
 	}
-	n := &node{key: df.key, value: df.value, field: f.path, share: df.share, valueMetric: df.valueMet}
+	n := &node{key: df.key, value: df.value, field: f.path, line: f.line, share: df.share, valueMetric: df.valueMet}
 	if strings.Contains(n.value, "*") {
 		n.glob = compileWildcard(n.value)
+	} else if df.share {
+		// envoyproxy/ratelimit rejects the file too: the flag would do nothing.
+		d.problem(f.line, joinPath(f.path, "share_threshold"),
+			"can only be used with wildcard values (containing '*'), got value %q", n.value)
 	}
 	if prev := parent.sibling(n); prev != nil {
 		d.problem(f.line, f.path, "duplicate descriptor: key %q value %q is already at %s", n.key, n.value, prev.field)
@@ -105,6 +141,8 @@ func (d *decoder) descriptor(f field, parent *node, b *domainBuilder) {
 		n.rule.ShadowMode = df.shadow
 		n.rule.DetailedMetric = df.detailed
 		n.rule.ShareThreshold = df.share
+		n.rule.QuotaMode = df.quota
+		n.rule.Metadata = df.metadata
 	}
 	if df.has["descriptors"] {
 		d.descriptors(df.subs, n, b)
@@ -149,7 +187,7 @@ func (d *decoder) rule(df descriptorFields, b *domainBuilder) *Rule {
 		}
 		for _, ref := range s.replaces {
 			r.Replaces = append(r.Replaces, ref.name)
-			b.replaces = append(b.replaces, ownedRef{ref: ref, owner: r})
+			b.replaces = append(b.replaces, ownedRef{ref: ref, owner: r, file: d.file})
 		}
 	}
 	return r

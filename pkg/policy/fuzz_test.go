@@ -23,7 +23,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("{"))
 	f.Add([]byte("http: {routes: [{name: r, path_prefix: /, hosts: ['*.example.com', 'a.b:8443', '[::1]']}]}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := loadFiles([]fileData{{name: "fuzz.yaml", data: data}})
+		p, err := loadFiles([]fileData{{name: "fuzz.yaml", data: data}}, LoadOptions{})
 		if err != nil {
 			if p != nil {
 				t.Fatal("policy returned with an error")

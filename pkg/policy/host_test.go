@@ -129,7 +129,7 @@ func TestRouteHostsValidation(t *testing.T) {
 }
 
 func BenchmarkRouteHosts(b *testing.B) {
-	p, err := loadFiles([]fileData{{name: "http.yaml", data: []byte(hostConfig)}})
+	p, err := loadFiles([]fileData{{name: "http.yaml", data: []byte(hostConfig)}}, LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

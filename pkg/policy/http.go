@@ -21,6 +21,8 @@ func (d *decoder) http(f field) *HTTP {
 			d.exempt(kv, &h.Exempt)
 		case "routes":
 			h.Routes = d.routes(kv)
+		case "header_style":
+			h.HeaderStyle = d.headerStyle(kv)
 		default:
 			d.unknown(kv)
 		}
@@ -30,6 +32,11 @@ func (d *decoder) http(f field) *HTTP {
 		d.problem(tenant.line, tenant.path, "set identity or tenant, not both (tenant is the older form of identity)")
 	case identity == nil:
 		h.Identity = legacyIdentity(h.Tenant)
+	}
+	for _, r := range h.Routes {
+		if r.HeaderStyle == "" {
+			r.HeaderStyle = h.HeaderStyle.OrDefault()
+		}
 	}
 	return h
 }
@@ -131,6 +138,8 @@ func (d *decoder) route(f field) *Route {
 			}
 		case "idempotency":
 			r.Idempotency = d.idempotency(kv)
+		case "header_style":
+			r.HeaderStyle = d.headerStyle(kv)
 		default:
 			d.unknown(kv)
 		}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Load reads and validates a policy: path is one YAML file, or a directory
@@ -24,11 +24,26 @@ import (
 // The error, if any, is an Errors listing every problem found, each with
 // its file and, where known, line and field; it matches ErrInvalid.
 func Load(path string) (*Policy, error) {
+	return LoadWith(path, LoadOptions{})
+}
+
+// LoadOptions change how Load reads a policy; the zero value is Load's.
+type LoadOptions struct {
+	// MergeDomains lets several files define one domain, as
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their top-level
+	// descriptors join one tree (a key and value written in two files is
+	// still a duplicate), and `replaces` may name a rule of another file.
+	// Without it a domain defined twice is an error.
+	MergeDomains bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(path string, opts LoadOptions) (*Policy, error) {
 	files, probs := readPath(path)
 	if len(probs) > 0 {
 		return nil, probs
 	}
-	return loadFiles(files)
+	return loadFiles(files, opts)
 }
 
 // fileData is one file's name (as found, symlinks not resolved) and bytes.
@@ -104,9 +119,10 @@ func ioProblem(name string, err error) *Problem {
 }
 
 // loadFiles parses and validates a set of files into one Policy.
-func loadFiles(files []fileData) (*Policy, error) {
+func loadFiles(files []fileData, opts LoadOptions) (*Policy, error) {
 	var probs Errors
 	p := &Policy{Domains: map[string]*Domain{}}
+	builders := map[string]*domainBuilder{}
 	sum := sha256.New()
 	var httpFile string
 	for _, f := range files {
@@ -115,11 +131,16 @@ func loadFiles(files []fileData) (*Policy, error) {
 		p.Files = append(p.Files, f.name)
 		pf := parseFile(f.name, f.data, &probs)
 		if dom := pf.domain; dom != nil {
-			if prev := p.Domains[dom.Name]; prev != nil {
+			switch prev := p.Domains[dom.Name]; {
+			case prev == nil:
+				p.Domains[dom.Name], builders[dom.Name] = dom, pf.builder
+			case opts.MergeDomains:
+				probs = append(probs, prev.merge(dom)...)
+				builders[dom.Name].absorb(pf.builder)
+			default:
 				probs = append(probs, &Problem{File: f.name, Line: pf.domainLine, Field: "domain",
-					Message: "domain " + strconv.Quote(dom.Name) + " is already defined in " + prev.File})
-			} else {
-				p.Domains[dom.Name] = dom
+					Message: "domain " + strconv.Quote(dom.Name) + " is already defined in " + prev.File +
+						" (EXTAUTHZ_MERGE_DOMAINS=true merges the files of one domain)"})
 			}
 		}
 		if pf.http != nil {
@@ -130,6 +151,9 @@ func loadFiles(files []fileData) (*Policy, error) {
 				p.HTTP, httpFile = pf.http, f.name
 			}
 		}
+	}
+	for _, name := range sortedKeys(builders) {
+		probs = append(probs, builders[name].check(name)...)
 	}
 	if err := probs.err(); err != nil {
 		return nil, err
@@ -142,6 +166,7 @@ func loadFiles(files []fileData) (*Policy, error) {
 // parsedFile is what one file contributes.
 type parsedFile struct {
 	domain     *Domain
+	builder    *domainBuilder // the domain's names and replaces, checked after merging
 	domainLine int
 	http       *HTTP
 	httpLine   int
@@ -156,7 +181,7 @@ func parseFile(name string, data []byte, probs *Errors) parsedFile {
 		return pf
 	}
 	d := newDecoder(name, probs)
-	var domain, descs, http field
+	var domain, descs, http, style field
 	for _, kv := range d.fields(root, "") {
 		switch kv.key {
 		case "domain":
@@ -165,6 +190,8 @@ func parseFile(name string, data []byte, probs *Errors) parsedFile {
 			descs = kv
 		case "http":
 			http = kv
+		case "header_style":
+			style = kv
 		default:
 			d.unknown(kv)
 		}
@@ -178,11 +205,18 @@ func parseFile(name string, data []byte, probs *Errors) parsedFile {
 	}
 	switch {
 	case name != "":
-		pf.domain, pf.domainLine = d.domain(name, descs, descs.node != nil), domain.line
+		pf.domain, pf.builder = d.domain(name, descs, descs.node != nil)
+		pf.domainLine = domain.line
+		if style.node != nil {
+			pf.domain.HeaderStyle = d.headerStyle(style)
+		}
 	case domain.node != nil:
 		d.problem(domain.line, "domain", "must not be empty")
 	case descs.node != nil || http.node == nil:
 		d.problem(1, "domain", "is required (a file holds a domain with its descriptors, an http section, or both)")
+	}
+	if style.node != nil && pf.domain == nil {
+		d.problem(style.line, style.path, "is the header style of a domain's RLS answers; set http.header_style for routes")
 	}
 	return pf
 }

@@ -16,6 +16,7 @@ type node struct {
 	value string    // as written: "" for a key-only default, a pattern for a wildcard
 	glob  *wildcard // non-nil when value holds a '*'
 	field string    // where it was written, for "duplicate" messages
+	line  int       // and its line
 
 	parent *node
 	depth  int    // 1 for a top-level descriptor

@@ -44,6 +44,9 @@ type Domain struct {
 	Name string
 	// File is where the domain was defined.
 	File string
+	// HeaderStyle is the file's header_style: the rate-limit header fields
+	// of the domain's RLS answers (zero: HeaderStyleIETF).
+	HeaderStyle HeaderStyle
 
 	root *node
 }
@@ -72,6 +75,15 @@ type Rule struct {
 	DetailedMetric bool
 	// ShareThreshold makes all values matching a wildcard share one counter.
 	ShareThreshold bool
+	// QuotaMode rules (envoyproxy/ratelimit's quota_mode) deny a request
+	// only when every quota-mode descriptor of it is over its limit; one
+	// over-limit quota descriptor among others with room is reported
+	// OVER_LIMIT in its own status but does not deny.
+	QuotaMode bool
+	// Metadata is the descriptor's `metadata` mapping (JSON-like values:
+	// string, float64, bool, nil, []any, map[string]any), returned in the
+	// RLS response's dynamic metadata when that is enabled. Read-only.
+	Metadata map[string]any
 }
 
 // Named reports whether name is the rule's Name or the name of one of its
@@ -117,6 +129,8 @@ type HTTP struct {
 	Exempt Exemptions
 	// Routes are tried in order; the first that matches applies.
 	Routes []*Route
+	// HeaderStyle is the routes' default header_style.
+	HeaderStyle HeaderStyle
 }
 
 // TenantSource names where the tenant of an HTTP request is read from; the
@@ -157,6 +171,9 @@ type Route struct {
 	Limits []ratelimit.Limit
 	// Idempotency is nil when the route does not use Idempotency-Key.
 	Idempotency *Idempotency
+	// HeaderStyle is the rate-limit header fields of the route's answers,
+	// its own header_style or the http section's (never zero once loaded).
+	HeaderStyle HeaderStyle
 
 	hosts      []hostPattern // Hosts, parsed
 	pathPrefix string

@@ -29,6 +29,8 @@ type WatcherOptions struct {
 	// OnError is called with each failed reload, while the last good
 	// policy stays in force, and with errors of the file watcher.
 	OnError func(error)
+	// Load are the options of every load, the first included.
+	Load LoadOptions
 }
 
 // Watcher holds the current policy and reloads it when its files change.
@@ -51,7 +53,7 @@ func NewWatcher(path string, opts WatcherOptions) (*Watcher, error) {
 	if opts.Debounce == 0 {
 		opts.Debounce = DefaultDebounce
 	}
-	p, err := Load(path)
+	p, err := LoadWith(path, opts.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +78,7 @@ func (w *Watcher) Current() *Policy { return w.current.Load() }
 func (w *Watcher) Reload() error {
 	w.reloadMu.Lock()
 	defer w.reloadMu.Unlock()
-	p, err := Load(w.path)
+	p, err := LoadWith(w.path, w.opts.Load)
 	if err != nil {
 		if w.opts.OnError != nil {
 			w.opts.OnError(err)

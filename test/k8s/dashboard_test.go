@@ -44,7 +44,7 @@ var (
 	// metricUse is a metric name in a PromQL expression.
 	metricUse = regexp.MustCompile(`\bextauthz_[a-z0-9_]+`)
 	// labelMatch is a matcher on a label whose values the code defines.
-	labelMatch = regexp.MustCompile(`\b(api|outcome|event|reason|mode)=~?"([^"]*)"`)
+	labelMatch = regexp.MustCompile(`\b(api|outcome|event|reason|mode|stat)=~?"([^"]*)"`)
 	selector   = regexp.MustCompile(`\{[^}]*\}`)
 )
 

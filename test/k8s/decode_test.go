@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	istionetworking "istio.io/client-go/pkg/apis/networking/v1alpha3"
@@ -55,6 +56,7 @@ func newScheme(t testing.TB) *k8sruntime.Scheme {
 		corev1.AddToScheme, appsv1.AddToScheme, autoscalingv2.AddToScheme,
 		policyv1.AddToScheme, networkingv1.AddToScheme,
 		istionetworking.AddToScheme, istiosecurity.AddToScheme,
+		monitoringv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			t.Fatal(err)

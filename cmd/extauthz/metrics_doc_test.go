@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/extauthz/extauthz/internal/redistest"
+)
+
+// documentedMetric is one row of the README's metrics table.
+type documentedMetric struct {
+	labels    []string // sorted
+	redisOnly bool
+}
+
+// readmeMetrics parses the README's metrics table.
+func readmeMetrics(t *testing.T) (map[string]documentedMetric, string) {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(extauthz_[a-z0-9_]+)` \\|([^|]*)\\| (.*) \\|$")
+	label := regexp.MustCompile("`([a-z_]+)`")
+	out := map[string]documentedMetric{}
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		var d documentedMetric
+		for _, l := range label.FindAllStringSubmatch(m[2], -1) {
+			d.labels = append(d.labels, l[1])
+		}
+		sort.Strings(d.labels)
+		d.redisOnly = strings.HasPrefix(m[3], "Redis only")
+		out[m[1]] = d
+	}
+	if len(out) == 0 {
+		t.Fatal("no metrics table in README.md")
+	}
+	return out, string(readme)
+}
+
+// scrapedFamily is what /metrics shows of one metric family.
+type scrapedFamily struct {
+	labels map[string]map[string]bool // label name -> values seen
+}
+
+var (
+	typeLine  = regexp.MustCompile(`^# TYPE (\S+) (\S+)$`)
+	labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+)
+
+// scrape parses the extauthz_* families of a /metrics text exposition.
+func scrape(t *testing.T, p *proc) map[string]scrapedFamily {
+	t.Helper()
+	_, body := p.get(t, "/metrics")
+	fams := map[string]scrapedFamily{}
+	for _, line := range strings.Split(body, "\n") {
+		if m := typeLine.FindStringSubmatch(line); m != nil && strings.HasPrefix(m[1], "extauthz_") {
+			fams[m[1]] = scrapedFamily{labels: map[string]map[string]bool{}}
+			continue
+		}
+		if !strings.HasPrefix(line, "extauthz_") {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		fam, ok := fams[name]
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if !ok {
+				fam, ok = fams[strings.TrimSuffix(name, suffix)]
+			}
+		}
+		if !ok {
+			t.Fatalf("sample %q has no # TYPE line", line)
+		}
+		for _, lp := range labelPair.FindAllStringSubmatch(rest, -1) {
+			if lp[1] == "le" {
+				continue
+			}
+			if fam.labels[lp[1]] == nil {
+				fam.labels[lp[1]] = map[string]bool{}
+			}
+			fam.labels[lp[1]][lp[2]] = true
+		}
+	}
+	return fams
+}
+
+// exercise sends one valid and one invalid RLS call, so that the series
+// keyed by the request's domain and the invalid-request counter exist.
+func exercise(t *testing.T, p *proc) {
+	t.Helper()
+	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrlv3.RateLimitDescriptor{{
+		Entries: []*commonrlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}},
+	}}}
+	if _, err := client.ShouldRateLimit(ctx, req); err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if _, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{}); err == nil {
+		t.Fatal("an empty request was not rejected")
+	}
+}
+
+// TestMetricsMatchREADME: every extauthz metric a running process exports
+// (with the embedded store and with Redis) is in the README's table with
+// the same labels, every documented one is exported (Redis-only ones with
+// Redis), and every value of the api, outcome, event, mode and reason
+// labels seen is written in the README.
+func TestMetricsMatchREADME(t *testing.T) {
+	docs, readme := readmeMetrics(t)
+	srv := redistest.Standalone(t)
+	base := []string{"EXTAUTHZ_CONFIG=" + examplePolicy(t)}
+	procs := map[string]*proc{
+		"memory": start(t, base...),
+		"redis":  start(t, append(base, "EXTAUTHZ_REDIS_URL="+srv.URL)...),
+	}
+	for mode, p := range procs {
+		exercise(t, p)
+		fams := scrape(t, p)
+		for name, fam := range fams {
+			d, ok := docs[name]
+			if !ok {
+				t.Errorf("%s: %s is exported but not in the README", mode, name)
+				continue
+			}
+			got := slices.Sorted(func(yield func(string) bool) {
+				for l := range fam.labels {
+					if !yield(l) {
+						return
+					}
+				}
+			})
+			if !slices.Equal(got, d.labels) {
+				t.Errorf("%s: %s has labels %v, the README says %v", mode, name, got, d.labels)
+			}
+			checkValues(t, mode, name, fam, readme)
+		}
+		for name, d := range docs {
+			if _, ok := fams[name]; !ok && (mode == "redis" || !d.redisOnly) {
+				t.Errorf("%s: %s is documented but not exported", mode, name)
+			}
+		}
+	}
+}
+
+// checkValues fails for a label value of a documented enumeration that the
+// README does not mention (as `value`).
+func checkValues(t *testing.T, mode, name string, fam scrapedFamily, readme string) {
+	t.Helper()
+	for label, values := range fam.labels {
+		if label == "domain" || label == "rule" || (name == "extauthz_invalid_requests_total" && label == "reason") {
+			continue // from the policy; validation reasons are listed in the code
+		}
+		for v := range values {
+			if !strings.Contains(readme, "`"+v+"`") && !strings.Contains(readme, `"`+v+`"`) {
+				t.Errorf("%s: %s{%s=%q} is exported but the value is not in the README", mode, name, label, v)
+			}
+		}
+	}
+}

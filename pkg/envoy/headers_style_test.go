@@ -1,0 +1,155 @@
+package envoy
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/dunglas/httpsfv"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// sfList parses a header value as a Structured Field List, failing the test
+// when it is malformed.
+func sfList(t *testing.T, name, value string) httpsfv.List {
+	t.Helper()
+	l, err := httpsfv.UnmarshalList([]string{value})
+	if err != nil {
+		t.Fatalf("%s: %q is not an sf-list: %v", name, value, err)
+	}
+	return l
+}
+
+// sfInt parses a header value as a Structured Field Integer.
+func sfInt(t *testing.T, name, value string) int64 {
+	t.Helper()
+	it, err := httpsfv.UnmarshalItem([]string{value})
+	if err != nil {
+		t.Fatalf("%s: %q is not an sf-item: %v", name, value, err)
+	}
+	n, ok := it.Value.(int64)
+	if !ok {
+		t.Fatalf("%s: %q is not an sf-integer", name, value)
+	}
+	return n
+}
+
+// param returns an item parameter.
+func param(t *testing.T, m httpsfv.Member, name string) any {
+	t.Helper()
+	it, ok := m.(httpsfv.Item)
+	if !ok {
+		t.Fatalf("member %v is not an item", m)
+	}
+	v, _ := it.Params.Get(name)
+	return v
+}
+
+func headerMap(resp *rlsv3.RateLimitResponse) map[string]string {
+	out := map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		out[h.GetKey()] = h.GetValue()
+	}
+	return out
+}
+
+const stylePolicy = `
+domain: hs
+header_style: %s
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: minute, requests_per_unit: 3, algorithm: fixed_window, name: per-minute}
+      - {unit: hour, requests_per_unit: 100, algorithm: fixed_window, name: hourly}
+`
+
+// TestHeaderStyleIETFParses: the default style's fields are sf-lists of
+// named items with q/w and r/t parameters.
+func TestHeaderStyleIETFParses(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, "domain: hs\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3, name: per-minute}\n")
+	hs := headerMap(e.call(t, request("hs", desc("k", "a"))))
+	pol := sfList(t, HeaderRateLimitPolicy, hs[HeaderRateLimitPolicy])
+	st := sfList(t, HeaderRateLimit, hs[HeaderRateLimit])
+	if len(pol) != 1 || pol[0].(httpsfv.Item).Value != "per-minute" || param(t, pol[0], "q") != int64(3) || param(t, pol[0], "w") != int64(60) {
+		t.Errorf("RateLimit-Policy %q", hs[HeaderRateLimitPolicy])
+	}
+	if len(st) != 1 || param(t, st[0], "r") != int64(2) {
+		t.Errorf("RateLimit %q", hs[HeaderRateLimit])
+	}
+}
+
+// TestHeaderStyleDraft03: the ratelimit and x-ratelimit styles send the
+// draft-03 trio (and nothing of the IETF pair): limit is an sf-list whose
+// first member is the tightest limit's quota followed by one quota policy
+// per limit; remaining and reset are sf-integers of that limit.
+func TestHeaderStyleDraft03(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ style, prefix string }{{"ratelimit", "ratelimit-"}, {"x-ratelimit", "x-ratelimit-"}} {
+		e := startRLS(t, fmt.Sprintf(stylePolicy, c.style))
+		e.call(t, request("hs", desc("k", "a")))
+		hs := headerMap(e.call(t, request("hs", desc("k", "a"))))
+		if _, ok := hs[HeaderRateLimitPolicy]; ok {
+			t.Errorf("%s: RateLimit-Policy sent too", c.style)
+		}
+		limit := sfList(t, c.prefix+"limit", hs[c.prefix+"limit"])
+		if len(limit) != 3 || limit[0].(httpsfv.Item).Value != int64(3) {
+			t.Fatalf("%s: %slimit %q, want the tightest quota then two policies", c.style, c.prefix, hs[c.prefix+"limit"])
+		}
+		if param(t, limit[1], "w") != int64(60) || param(t, limit[2], "w") != int64(3600) || param(t, limit[2], "name") != "hourly" {
+			t.Errorf("%s: quota policies %q", c.style, hs[c.prefix+"limit"])
+		}
+		if r := sfInt(t, c.prefix+"remaining", hs[c.prefix+"remaining"]); r != 1 {
+			t.Errorf("%s: remaining %d, want 1 (per-minute, the tightest)", c.style, r)
+		}
+		if r := sfInt(t, c.prefix+"reset", hs[c.prefix+"reset"]); r != 45 {
+			t.Errorf("%s: reset %d, want 45", c.style, r)
+		}
+		e.call(t, request("hs", desc("k", "a")))
+		over := headerMap(e.call(t, request("hs", desc("k", "a"))))
+		if sfInt(t, c.prefix+"remaining", over[c.prefix+"remaining"]) != 0 || over[HeaderRetryAfter] != "45" {
+			t.Errorf("%s: over the limit: %v", c.style, over)
+		}
+	}
+}
+
+// TestHeaderStyleNone: no rate-limit fields, but Retry-After on a denial.
+func TestHeaderStyleNone(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, fmt.Sprintf(stylePolicy, "none"))
+	if hs := headerMap(e.call(t, request("hs", desc("k", "a")))); len(hs) != 0 {
+		t.Errorf("admitted: headers %v, want none", hs)
+	}
+	e.call(t, request("hs", desc("k", "a")))
+	e.call(t, request("hs", desc("k", "a")))
+	if hs := headerMap(e.call(t, request("hs", desc("k", "a")))); len(hs) != 1 || hs[HeaderRetryAfter] != "45" {
+		t.Errorf("denied: headers %v, want only Retry-After", hs)
+	}
+}
+
+// TestHeaderStyleAuthz429: an ext_authz route's header_style applies to its
+// 429 too.
+func TestHeaderStyleAuthz429(t *testing.T) {
+	t.Parallel()
+	e := startIdem(t, `
+http:
+  tenant: {header: x-tenant-id, default: public}
+  header_style: x-ratelimit
+  routes:
+    - name: limited
+      path_prefix: /limited
+      rate_limits: [{requests_per_unit: 1, unit: minute, algorithm: fixed_window, name: per-tenant}]
+`)
+	e.check(t, checkReq("GET", "/limited", nil, "x-tenant-id", "acme"))
+	resp := e.check(t, checkReq("GET", "/limited", nil, "x-tenant-id", "acme"))
+	wantDenied(t, resp, 429, ProblemQuotaExceeded)
+	limit := deniedHeader(resp, "x-ratelimit-limit")
+	if len(limit) != 1 || sfList(t, "x-ratelimit-limit", limit[0])[0].(httpsfv.Item).Value != int64(1) {
+		t.Errorf("x-ratelimit-limit %v", limit)
+	}
+	if rem := deniedHeader(resp, "x-ratelimit-remaining"); len(rem) != 1 || sfInt(t, "x-ratelimit-remaining", rem[0]) != 0 {
+		t.Errorf("x-ratelimit-remaining %v", rem)
+	}
+	if pol := deniedHeader(resp, HeaderRateLimitPolicy); len(pol) != 0 {
+		t.Errorf("RateLimit-Policy sent with the x-ratelimit style: %v", pol)
+	}
+}
