@@ -60,6 +60,24 @@ type Config struct {
 	// MemoryMaxKeys bounds the states the embedded memory store keeps (the
 	// soonest-expiring are evicted beyond it); 0 is unbounded.
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1000000"`
+
+	// Object storage for idempotent response bodies above max_body_bytes
+	// (blob.go). Credentials come from the AWS SDK's standard chain:
+	// AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or AWS_WEB_IDENTITY_TOKEN_FILE
+	// with AWS_ROLE_ARN (IRSA), shared files, or the instance role.
+
+	// BlobS3Bucket enables S3-compatible storage of large bodies; empty disables it.
+	BlobS3Bucket string `envconfig:"BLOB_S3_BUCKET" default:""`
+	// BlobS3Endpoint is the server URL for S3-compatible servers (path-style); empty uses AWS.
+	BlobS3Endpoint string `envconfig:"BLOB_S3_ENDPOINT" default:""`
+	// BlobS3Prefix starts every object name.
+	BlobS3Prefix string `envconfig:"BLOB_S3_PREFIX" default:"extauthz/idempotency/"`
+	// BlobS3Region is the bucket's region; empty uses AWS_REGION, then us-east-1.
+	BlobS3Region string `envconfig:"BLOB_S3_REGION" default:""`
+	// BlobS3PartSize is the multipart part size, the memory bound per body being stored (at least 5 MiB).
+	BlobS3PartSize int `envconfig:"BLOB_S3_PART_SIZE" default:"8388608"`
+	// BlobS3LifecycleDays installs a bucket lifecycle rule expiring the prefix after that many days; 0 leaves the bucket's lifecycle alone.
+	BlobS3LifecycleDays int `envconfig:"BLOB_S3_LIFECYCLE_DAYS" default:"1"`
 }
 
 // loadConfig reads the EXTAUTHZ_* environment and validates it.
@@ -101,6 +119,7 @@ func (c Config) Validate() error {
 	if c.FailureMode != "open" && c.FailureMode != "closed" {
 		bad("FAILURE_MODE", "must be open or closed, got %q", c.FailureMode)
 	}
+	c.validateBlob(bad)
 	return errors.Join(errs...)
 }
 
