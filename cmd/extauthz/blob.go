@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob/s3blob"
 )
@@ -21,6 +22,12 @@ func (c Config) validateBlob(bad func(name, format string, args ...any)) {
 	}
 	if c.BlobS3LifecycleDays < 0 {
 		bad("BLOB_S3_LIFECYCLE_DAYS", "must not be negative, got %d", c.BlobS3LifecycleDays)
+	}
+	if n := len(c.ReplaySecret); n > 0 && n < envoy.MinReplaySecret {
+		bad("REPLAY_SECRET", "must have at least %d bytes, got %d", envoy.MinReplaySecret, n)
+	}
+	if c.BlobS3Bucket != "" && c.ReplayAddr == "" {
+		bad("REPLAY_ADDR", "must not be empty when EXTAUTHZ_BLOB_S3_BUCKET is set")
 	}
 	if c.BlobS3Bucket == "" && c.BlobS3Endpoint != "" {
 		bad("BLOB_S3_BUCKET", "must be set when EXTAUTHZ_BLOB_S3_ENDPOINT is")

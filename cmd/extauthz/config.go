@@ -78,6 +78,10 @@ type Config struct {
 	BlobS3PartSize int `envconfig:"BLOB_S3_PART_SIZE" default:"8388608"`
 	// BlobS3LifecycleDays installs a bucket lifecycle rule expiring the prefix after that many days; 0 leaves the bucket's lifecycle alone.
 	BlobS3LifecycleDays int `envconfig:"BLOB_S3_LIFECYCLE_DAYS" default:"1"`
+	// ReplayAddr serves replays of bodies in object storage (replay.go); used only with a bucket.
+	ReplayAddr string `envconfig:"REPLAY_ADDR" default:":9002"`
+	// ReplaySecret signs replay tickets (at least 32 bytes), the same on every replica; empty draws a random one per process (one replica only).
+	ReplaySecret string `envconfig:"REPLAY_SECRET" default:""`
 }
 
 // loadConfig reads the EXTAUTHZ_* environment and validates it.

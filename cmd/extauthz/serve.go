@@ -48,6 +48,7 @@ type server struct {
 	health   *health.Server
 	http     *http.Server
 	policy   *policySource
+	replay   *http.Server // nil without object storage
 	store    ratelimit.Store
 	draining atomic.Bool
 	timeout  time.Duration
@@ -81,10 +82,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	services, err := newServices(cfg, store, src, metrics, idem)
+	rp, err := newReplay(ctx, cfg, idem, log)
 	if err != nil {
 		return err
 	}
+	defer rp.close(log)
+	services, err := newServices(cfg, store, src, metrics, idem, rp.option)
+	if err != nil {
+		return err
+	}
+	s.replay = rp.server
 	s.grpc, s.health = newGRPCServer(services)
 	s.http = newHTTPServer(s, reg)
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
@@ -113,12 +120,12 @@ func (l *serviceList) add(s grpcService, err error) {
 
 // newServices builds every gRPC service served. Add a server here with one
 // line: l.add(envoy.NewXxx(...)).
-func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps) ([]grpcService, error) {
+func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, replay envoy.IdempotencyOption) ([]grpcService, error) {
 	var l serviceList
 	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey)))
 	timeout := envoy.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
-	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, timeout))
-	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, timeout))
+	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, timeout, replay))
+	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, timeout, replay))
 	return l.services, l.err
 }
 
@@ -154,9 +161,18 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 	s.log.Info("http listening", "addr", httpLn.Addr().String())
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Go(func() { errc <- s.grpc.Serve(grpcLn) })
 	wg.Go(func() { errc <- ignoreClosed(s.http.Serve(httpLn)) })
+	if s.replay != nil {
+		replayLn, err := net.Listen("tcp", s.replay.Addr)
+		if err != nil {
+			errc <- fmt.Errorf("replay listen: %w", err)
+		} else {
+			s.log.Info("replay listening", "addr", replayLn.Addr().String())
+			wg.Go(func() { errc <- ignoreClosed(s.replay.Serve(replayLn)) })
+		}
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if s.policy.run != nil {
 		wg.Go(func() { s.watch(watchCtx) })
@@ -207,6 +223,11 @@ func (s *server) shutdown() {
 	defer cancel()
 	if err := s.http.Shutdown(ctx); err != nil {
 		s.http.Close()
+	}
+	if s.replay != nil {
+		if err := s.replay.Shutdown(ctx); err != nil {
+			s.replay.Close()
+		}
 	}
 }
 

@@ -104,7 +104,7 @@ func startIdem(t *testing.T, yaml string) *idemEnv {
 }
 
 // startIdemStore is startIdem over a given store (nil: memory).
-func startIdemStore(t *testing.T, yaml string, store idempotency.Store) *idemEnv {
+func startIdemStore(t *testing.T, yaml string, store idempotency.Store, opts ...IdempotencyOption) *idemEnv {
 	t.Helper()
 	e := &idemEnv{clock: testclock.New(t0), reg: prometheus.NewRegistry(), ticks: make(chan time.Time)}
 	if store == nil {
@@ -121,12 +121,12 @@ func startIdemStore(t *testing.T, yaml string, store idempotency.Store) *idemEnv
 	if e.events, err = idempotency.NewMetrics(e.reg); err != nil {
 		t.Fatal(err)
 	}
-	az, err := NewAuthz(e.limits, e.store, src, m, e.events)
+	az, err := NewAuthz(e.limits, e.store, src, m, e.events, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ticker := func(time.Duration) (<-chan time.Time, func()) { return e.ticks, func() {} }
-	ep, err := NewExtProc(e.store, src, m, e.events, WithRenewTicker(ticker))
+	ep, err := NewExtProc(e.store, src, m, e.events, append(opts, WithRenewTicker(ticker))...)
 	if err != nil {
 		t.Fatal(err)
 	}
