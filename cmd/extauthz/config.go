@@ -60,6 +60,16 @@ type Config struct {
 	// MemoryMaxKeys bounds the states the embedded memory store keeps (the
 	// soonest-expiring are evicted beyond it); 0 is unbounded.
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1000000"`
+	// IdempotencyMemoryMaxKeys bounds the keys the in-memory idempotency
+	// store keeps (completed records evicted before live leases); 0 is unbounded.
+	IdempotencyMemoryMaxKeys int `envconfig:"IDEMPOTENCY_MEMORY_MAX_KEYS" default:"1000000"`
+	// GRPCMaxRecvBytes bounds one received gRPC message (17 MiB: a 16 MiB
+	// buffered body plus headroom). Keep it above the largest body Envoy
+	// buffers for ext_authz or ext_proc.
+	GRPCMaxRecvBytes int `envconfig:"GRPC_MAX_RECV_BYTES" default:"17825792"`
+	// GRPCMaxSendBytes bounds one sent gRPC message (17 MiB). Keep it above
+	// the policy's largest max_body_bytes: an inline replay is one message.
+	GRPCMaxSendBytes int `envconfig:"GRPC_MAX_SEND_BYTES" default:"17825792"`
 
 	// Object storage for idempotent response bodies above max_body_bytes
 	// (blob.go). Credentials come from the AWS SDK's standard chain:
@@ -82,6 +92,24 @@ type Config struct {
 	ReplayAddr string `envconfig:"REPLAY_ADDR" default:":9002"`
 	// ReplaySecret signs replay tickets (at least 32 bytes), the same on every replica; empty draws a random one per process (one replica only).
 	ReplaySecret string `envconfig:"REPLAY_SECRET" default:""`
+}
+
+// gRPC message limits: the smallest accepted (64 KiB carries any
+// header-only message; less is a typo) and the default for 0.
+const (
+	minGRPCMessage     = 64 << 10
+	defaultGRPCMessage = 17 << 20
+)
+
+// grpcMessageLimits returns the receive and send limits, 0 meaning default.
+func (c Config) grpcMessageLimits() (recv, send int) {
+	pick := func(n int) int {
+		if n == 0 {
+			return defaultGRPCMessage
+		}
+		return n
+	}
+	return pick(c.GRPCMaxRecvBytes), pick(c.GRPCMaxSendBytes)
 }
 
 // loadConfig reads the EXTAUTHZ_* environment and validates it.
@@ -119,6 +147,15 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryMaxKeys < 0 {
 		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)
+	}
+	if c.IdempotencyMemoryMaxKeys < 0 {
+		bad("IDEMPOTENCY_MEMORY_MAX_KEYS", "must not be negative, got %d", c.IdempotencyMemoryMaxKeys)
+	}
+	if c.GRPCMaxRecvBytes != 0 && c.GRPCMaxRecvBytes < minGRPCMessage {
+		bad("GRPC_MAX_RECV_BYTES", "must be at least %d (0: the default), got %d", minGRPCMessage, c.GRPCMaxRecvBytes)
+	}
+	if c.GRPCMaxSendBytes != 0 && c.GRPCMaxSendBytes < minGRPCMessage {
+		bad("GRPC_MAX_SEND_BYTES", "must be at least %d (0: the default), got %d", minGRPCMessage, c.GRPCMaxSendBytes)
 	}
 	if c.FailureMode != "open" && c.FailureMode != "closed" {
 		bad("FAILURE_MODE", "must be open or closed, got %q", c.FailureMode)

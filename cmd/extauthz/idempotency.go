@@ -38,7 +38,7 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	rb, ok := rl.(*redisBacked)
 	if !ok {
 		log.Info("idempotency store", "kind", "memory")
-		return idempotencyDeps{store: idemmem.New(idemmem.Config{}), events: events}, nil
+		return idempotencyDeps{store: idemmem.New(idemmem.Config{MaxKeys: cfg.IdempotencyMemoryMaxKeys}), events: events}, nil
 	}
 	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix})
 	if err != nil {

@@ -10,13 +10,14 @@ import (
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
 
-// replayDeps is the replay of bodies kept in object storage: the option
-// that lets ext_authz/ext_proc issue replay tickets and the HTTP server
-// that honours them. Both are unset without EXTAUTHZ_BLOB_S3_BUCKET.
+// replayDeps is object storage for large bodies: the options that let
+// ext_proc store bodies over max_body_bytes there and ext_authz/ext_proc
+// issue replay tickets, and the HTTP server that honours the tickets. All
+// unset without EXTAUTHZ_BLOB_S3_BUCKET.
 type replayDeps struct {
-	option envoy.IdempotencyOption
-	server *http.Server
-	blobs  blob.Store
+	options []envoy.IdempotencyOption
+	server  *http.Server
+	blobs   blob.Store
 }
 
 // newReplay builds the blob store and, with one, the replay endpoint on
@@ -44,7 +45,8 @@ func newReplay(ctx context.Context, cfg Config, idem idempotencyDeps, log *slog.
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	srv := &http.Server{Addr: cfg.ReplayAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	return replayDeps{option: envoy.WithReplay(r), server: srv, blobs: blobs}, nil
+	opts := []envoy.IdempotencyOption{envoy.WithReplay(r), envoy.WithBlobStore(blobs)}
+	return replayDeps{options: opts, server: srv, blobs: blobs}, nil
 }
 
 func (r replayDeps) close(log *slog.Logger) {

@@ -87,12 +87,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer rp.close(log)
-	services, err := newServices(cfg, store, src, metrics, idem, rp.option)
+	services, err := newServices(cfg, store, src, metrics, idem, rp.options...)
 	if err != nil {
 		return err
 	}
 	s.replay = rp.server
-	s.grpc, s.health = newGRPCServer(services)
+	recv, send := cfg.grpcMessageLimits()
+	s.grpc, s.health = newGRPCServer(services, grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
 	s.http = newHTTPServer(s, reg)
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
@@ -120,19 +121,20 @@ func (l *serviceList) add(s grpcService, err error) {
 
 // newServices builds every gRPC service served. Add a server here with one
 // line: l.add(envoy.NewXxx(...)).
-func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, replay envoy.IdempotencyOption) ([]grpcService, error) {
+func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, extra ...envoy.IdempotencyOption) ([]grpcService, error) {
 	var l serviceList
 	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey)))
 	timeout := envoy.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
-	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, timeout, replay))
-	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, timeout, replay))
+	opts := append([]envoy.IdempotencyOption{timeout}, extra...)
+	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
+	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err
 }
 
 // newGRPCServer registers services, grpc.health.v1 (each service and the
 // whole server, "", SERVING) and reflection on one server.
-func newGRPCServer(services []grpcService) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer()
+func newGRPCServer(services []grpcService, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(opts...)
 	for _, svc := range services {
 		svc.Register(g)
 	}

@@ -27,8 +27,58 @@ func validateMain(path string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	for _, w := range limitWarnings(p, grpcLimits) {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
 	fmt.Fprintln(stdout, summary(p))
 	return 0
+}
+
+// Limits validate checks routes against: gRPC message sizes from the
+// environment (defaults when unset or invalid; serve reports those) and the
+// shipped Envoy configs' buffer limit (envoy/*.yaml).
+const (
+	// shippedEnvoyBuffer is per_connection_buffer_limit_bytes and ext_authz
+	// max_request_bytes in envoy/front-proxy.yaml and envoy/sidecar.yaml.
+	shippedEnvoyBuffer = 1 << 20
+	// grpcHeadroom covers a message's headers and framing beside its body.
+	grpcHeadroom = 64 << 10
+)
+
+// grpcLimits reads EXTAUTHZ_GRPC_MAX_RECV_BYTES and _SEND_BYTES.
+func grpcLimits() (recv, send int) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return defaultGRPCMessage, defaultGRPCMessage
+	}
+	return cfg.grpcMessageLimits()
+}
+
+// limitWarnings lists routes whose idempotency caps exceed what the gRPC
+// limits or the shipped Envoy buffers can carry.
+func limitWarnings(p *policy.Policy, lim func() (int, int)) []string {
+	if p.HTTP == nil {
+		return nil
+	}
+	recv, send := lim()
+	var out []string
+	for _, r := range p.HTTP.Routes {
+		id := r.Idempotency
+		if id == nil {
+			continue
+		}
+		at := fmt.Sprintf("route %q: idempotency.max_body_bytes %d", r.Name, id.MaxBodyBytes)
+		if id.MaxBodyBytes+grpcHeadroom > int64(send) {
+			out = append(out, fmt.Sprintf("%s: an inline replay is one gRPC message, above EXTAUTHZ_GRPC_MAX_SEND_BYTES %d; lower it or raise the limit", at, send))
+		}
+		if id.MaxBodyBytes+grpcHeadroom > int64(recv) {
+			out = append(out, fmt.Sprintf("%s: a BUFFERED response body is one gRPC message, above EXTAUTHZ_GRPC_MAX_RECV_BYTES %d; use STREAMED or raise the limit", at, recv))
+		}
+		if id.MaxBodyBytes > shippedEnvoyBuffer {
+			out = append(out, fmt.Sprintf("%s: above the shipped Envoy configs' buffer limit (%d bytes, per_connection_buffer_limit_bytes): a BUFFERED body that large fails in Envoy (500); raise the Envoy limits too", at, shippedEnvoyBuffer))
+		}
+	}
+	return out
 }
 
 // summary describes a loaded policy in one line.

@@ -124,7 +124,7 @@ func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkReq
 		if !replayableHere(rep) {
 			// Admit without a lease; ext_proc replays the bytes.
 			h := handoff{action: ActionReplay, route: route.Name, fp: res.fp,
-				lease: idempotency.Lease{Scope: r.tenant, Key: res.key, TTLs: ttlsOf(route.Idempotency)}}
+				lease: idempotency.Lease{Scope: keyScope(r.tenant, route), Key: res.key, TTLs: ttlsOf(route.Idempotency)}}
 			return okResponse(rl, h.toStruct())
 		}
 		s.gate.events.Count(idempotency.APIExtAuthz, idempotency.EventReplayed)

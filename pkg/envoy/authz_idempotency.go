@@ -197,6 +197,9 @@ func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency
 	case idempotency.Mismatch:
 		g.events.Count(api, idempotency.EventMismatch)
 		return gateResult{kind: gateReply, reply: problemKeyReused()}
+	case idempotency.Unreplayable:
+		g.events.Count(api, idempotency.EventUnreplayable)
+		return gateResult{kind: gateReply, reply: problemNotReplayable(o.Response.Status)}
 	}
 	return gateResult{kind: gateReplay, stored: o.Response, key: key, fp: fp, scope: scope}
 }
@@ -217,7 +220,17 @@ func (g *gate) decide(ctx context.Context, api string, route *policy.Route, r id
 		g.events.Count(api, idempotency.EventBodyTooBig)
 		return gateResult{kind: gateReply, reply: problemBodyTooLarge()}
 	}
-	return g.begin(ctx, api, r.tenant, key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
+	return g.begin(ctx, api, keyScope(r.tenant, route), key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
+}
+
+// keyScope is the store scope of a route's keys: the tenant, or with
+// key_scope route the tenant and the route's name (NUL cannot occur in a
+// header value or route name, so no tenant can forge another's scope).
+func keyScope(tenant string, route *policy.Route) string {
+	if route.Idempotency.KeyScope == policy.KeyScopeRoute {
+		return tenant + "\x00" + route.Name
+	}
+	return tenant
 }
 
 // replayReply renders a stored response for replay: its status, body and

@@ -103,7 +103,8 @@ func startIdem(t *testing.T, yaml string) *idemEnv {
 	return startIdemStore(t, yaml, nil)
 }
 
-// startIdemStore is startIdem over a given store (nil: memory).
+// startIdemStore is startIdem over a given store (nil: memory), with
+// extra ExtProc options.
 func startIdemStore(t *testing.T, yaml string, store idempotency.Store, opts ...IdempotencyOption) *idemEnv {
 	t.Helper()
 	e := &idemEnv{clock: testclock.New(t0), reg: prometheus.NewRegistry(), ticks: make(chan time.Time)}

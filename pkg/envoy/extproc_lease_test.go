@@ -1,8 +1,11 @@
 package envoy
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
 )
@@ -124,4 +127,18 @@ func escapeSF(s string) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// wantNotReplayable checks a retry got the not-replayable problem carrying
+// the first reply's status (0: unknown, left out).
+func wantNotReplayable(t *testing.T, ir *extprocv3.ImmediateResponse, status int) {
+	t.Helper()
+	wantProblemIR(t, ir, 409, ProblemNotReplayable)
+	var p Problem
+	if err := json.Unmarshal(ir.GetBody(), &p); err != nil || p.OriginalStatus != status {
+		t.Errorf("original-status %d (%v), want %d", p.OriginalStatus, err, status)
+	}
+	if ra := irHeader(ir, "retry-after"); len(ra) != 0 {
+		t.Errorf("Retry-After %v on a problem no retry can solve", ra)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
 
 // IdempotencyOption configures NewAuthz and NewExtProc.
@@ -15,6 +16,7 @@ type idemOptions struct {
 	maxReqBody   int
 	ticker       func(time.Duration) (<-chan time.Time, func())
 	replay       *Replayer
+	blobs        blob.Store // nil: bodies over max_body_bytes are not kept
 }
 
 // Defaults of the options.
@@ -60,6 +62,17 @@ func WithMaxRequestBody(n int) IdempotencyOption {
 	return func(o *idemOptions) {
 		if n > 0 {
 			o.maxReqBody = n
+		}
+	}
+}
+
+// WithBlobStore keeps response bodies larger than a route's max_body_bytes
+// (up to its max_stored_body_bytes) in b, the record holding a reference.
+// Without it (nil) such replies are completed as not replayable.
+func WithBlobStore(b blob.Store) IdempotencyOption {
+	return func(o *idemOptions) {
+		if !isNil(b) {
+			o.blobs = b
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -12,54 +13,48 @@ import (
 	"github.com/extauthz/extauthz/pkg/policy"
 )
 
-// capture is a response being buffered to be stored.
-type capture struct {
-	status  int
-	headers headerList
-	body    []byte
-}
-
 // settlement is what becomes of a held lease once the response is known.
 type settlement int
 
 const (
 	settleStore   settlement = iota // a real reply with a stored status: Complete
-	settleRelease                   // nothing ran, or a real reply not stored: Release
-	settleKeep                      // the upstream may have run: keep until the TTL
+	settleRelease                   // the upstream certainly did not act, or the route releases the status
+	settleNotKept                   // the upstream may have acted: complete as not replayable
 )
 
 // viaUpstream is response.code_details of a reply that came from the upstream.
 const viaUpstream = "via_upstream"
 
-// settle decides a lease's fate from the response headers (DESIGN §4).
+// settle decides a lease's fate from the response headers (the settle
+// table of docs/idempotency.md). Exactly once: a lease is released only
+// when the upstream certainly did not act, or when a real upstream reply
+// has a status the route does not store (the route says a retry may run).
 //
-//   - No settings (the route left the policy): keep, nothing to judge by.
 //   - A local reply (code_details other than via_upstream, or our own
-//     Idempotent-Replayed marker) is never stored: Release when the flags
-//     say the request never reached the upstream, else keep.
+//     Idempotent-Replayed marker): Release when the flags say the request
+//     never reached an upstream, else not kept (e.g. an upstream timeout:
+//     the write may have run).
 //   - Without code_details (response_attributes not configured) a 504 is
-//     taken for the router's timeout: keep.
-//   - A real reply: stored statuses are stored, everything else (5xx
-//     included) is Released so that a retry runs again.
+//     taken for the router's timeout: not kept.
+//   - No settings (the route left the policy): not kept, nothing to judge by.
+//   - A real reply: stored statuses are stored, others Released.
 func settle(id *policy.Idempotency, status int, hs headerList, details string, detailsKnown bool, flags responseFlags) settlement {
 	_, marker := hs.get(HeaderIdempotentReplayed)
 	switch {
-	case id == nil:
-		return settleKeep
 	case marker || (detailsKnown && details != viaUpstream):
 		if flags.neverForwarded() {
 			return settleRelease
 		}
-		return settleKeep
-	case !detailsKnown && status == 504:
-		return settleKeep
+		return settleNotKept
+	case !detailsKnown && status == 504, id == nil:
+		return settleNotKept
 	case id.StoresStatus(status):
 		return settleStore
 	}
 	return settleRelease
 }
 
-// responseHeaders settles the lease, or starts buffering the response.
+// responseHeaders settles the lease, or starts capturing the response.
 func (st *procStream) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	if st.replaying {
 		return skipResponseBody()
@@ -76,15 +71,15 @@ func (st *procStream) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	}
 	switch settle(st.id, status, hs, details.GetStringValue(), known, flagsOf(st.attrs["response.flags"])) {
 	case settleRelease:
-		st.release(idempotency.EventReleased)
-	case settleKeep:
-		st.keep()
+		st.release()
+	case settleNotKept:
+		st.notKept(status, idempotency.EventNotKept)
 	default:
-		if cl, _ := hs.get("content-length"); declaredOver(cl, st.id.MaxBodyBytes) {
-			st.release(idempotency.EventTooLarge)
+		st.capture = &capture{status: status, headers: hs}
+		if cl, _ := hs.get("content-length"); declaredOver(cl, st.keepable()) {
+			st.notKept(status, idempotency.EventTooLarge)
 			break
 		}
-		st.capture = &capture{status: status, headers: hs}
 		if h.GetEndOfStream() {
 			st.complete()
 		}
@@ -97,17 +92,14 @@ func declaredOver(contentLength string, limit int64) bool {
 	return err == nil && n > limit
 }
 
-// responseBody buffers the body; its end completes the record. In
-// BUFFERED mode the one body message is the whole body, end_of_stream
-// false when trailers follow (Envoy sends none with the trailer mode SKIP);
-// a reply reset mid-body sends no body message at all.
+// responseBody captures the body; its end completes the record. STREAMED
+// mode sends the body in chunks, the last with end_of_stream (or trailers
+// follow); BUFFERED mode sends one message, the whole body, end_of_stream
+// false when trailers follow (Envoy sends none with the trailer mode SKIP).
+// A reply reset mid-body ends the stream without its end: finish.
 func (st *procStream) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if c := st.capture; c != nil && !st.settled {
-		c.body = append(c.body, b.GetBody()...)
-		switch {
-		case int64(len(c.body)) > st.id.MaxBodyBytes:
-			st.release(idempotency.EventTooLarge)
-		case b.GetEndOfStream(), st.modeKnown && st.respMode == filterv3.ProcessingMode_BUFFERED:
+	if c := st.capture; c != nil && !st.settled && st.add(b.GetBody()) {
+		if b.GetEndOfStream() || (st.modeKnown && st.respMode == filterv3.ProcessingMode_BUFFERED) {
 			st.complete()
 		}
 	}
@@ -123,34 +115,47 @@ func (st *procStream) responseTrailers() *extprocv3.ProcessingResponse {
 		ResponseTrailers: &extprocv3.TrailersResponse{}}}
 }
 
-// complete stores the captured response under the lease.
+// complete stores the captured response under the lease: inline, or as a
+// reference to the body committed to the blob store first.
 func (st *procStream) complete() {
 	c := st.capture
 	st.capture, st.settled = nil, true
 	if st.stopRenew() {
+		c.abort(st.ctx)
 		return
 	}
 	resp := idempotency.Response{Status: c.status, Headers: idempotency.ReplayHeaders(c.headers, st.id.ReplayHeader), Body: c.body}
+	if c.w != nil {
+		ref, err := c.w.Commit(st.ctx)
+		if err != nil {
+			c.abort(st.ctx)
+			st.s.gate.events.Count(apiExtProc, idempotency.EventStoreError)
+			st.writeNotKept(c.status, idempotency.EventNotKept)
+			return
+		}
+		c.w, resp.BodyRef = nil, &ref
+	}
 	err := st.s.gate.complete(st.ctx, *st.lease, resp)
 	switch {
 	case err == nil:
 		st.s.gate.events.Count(apiExtProc, idempotency.EventStored)
-	case errors.Is(err, idempotency.ErrTooLarge):
-		st.settled = false
-		st.release(idempotency.EventTooLarge)
+		return
+	case errors.Is(err, idempotency.ErrTooLarge), errors.Is(err, idempotency.ErrInvalidResponse):
+		// Refused before anything was written: the lease is still ours.
+		st.writeNotKept(c.status, idempotency.EventTooLarge)
 	default:
 		st.count(err)
 	}
+	if resp.BodyRef != nil {
+		st.deleteBlob(resp.BodyRef.Name)
+	}
 }
 
-// release deletes the lease so that a retry runs; ev says why.
-func (st *procStream) release(ev idempotency.Event) {
+// release deletes the lease so that a retry runs.
+func (st *procStream) release() {
 	st.capture, st.settled = nil, true
 	if st.stopRenew() {
 		return
-	}
-	if ev == idempotency.EventTooLarge {
-		st.s.gate.events.Count(apiExtProc, ev)
 	}
 	if err := st.s.gate.release(st.ctx, *st.lease); err != nil {
 		st.count(err)
@@ -159,12 +164,31 @@ func (st *procStream) release(ev idempotency.Event) {
 	st.s.gate.events.Count(apiExtProc, idempotency.EventReleased)
 }
 
-// keep leaves the lease to expire at its TTL.
-func (st *procStream) keep() {
-	st.capture, st.settled = nil, true
-	if !st.stopRenew() {
-		st.s.gate.events.Count(apiExtProc, idempotency.EventKept)
+// notKept settles the lease as completed but not replayable: the upstream
+// may have acted, so a retry must never run again. status is the reply's
+// status, 0 when none is known; ev says why (EventNotKept, EventTooLarge).
+func (st *procStream) notKept(status int, ev idempotency.Event) {
+	if c := st.capture; c != nil {
+		c.abort(st.ctx)
 	}
+	st.capture, st.settled = nil, true
+	if st.stopRenew() {
+		return
+	}
+	st.writeNotKept(status, ev)
+}
+
+func (st *procStream) writeNotKept(status int, ev idempotency.Event) {
+	// The stream may be over (finish): the write must still happen.
+	ctx := context.WithoutCancel(st.ctx)
+	if err := st.s.gate.complete(ctx, *st.lease, idempotency.Response{Status: status, NotReplayable: true}); err != nil {
+		st.count(err)
+		return
+	}
+	if ev != idempotency.EventNotKept {
+		st.s.gate.events.Count(apiExtProc, ev)
+	}
+	st.s.gate.events.Count(apiExtProc, idempotency.EventNotKept)
 }
 
 // stopRenew stops the renewer and reports whether it found the lease lost

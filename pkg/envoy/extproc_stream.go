@@ -107,7 +107,8 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	hs := protoHeaders(h.GetHeaders())
 	method, _ := hs.get(":method")
 	path, _ := hs.get(":path")
-	id := applies(st.pol.Route(requestHost(hs), method, path), method)
+	route := st.pol.Route(requestHost(hs), method, path)
+	id := applies(route, method)
 	if id == nil {
 		return continueRequestHeaders()
 	}
@@ -120,7 +121,7 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	}
 	principal := st.attrs["source.principal"].GetStringValue()
 	p := &pendingBegin{id: id, key: key,
-		req: idemRequest{method: method, path: path, headers: hs, tenant: httpTenant(st.pol.Tenant, hs, principal, nil)}}
+		req: idemRequest{method: method, path: path, headers: hs, tenant: keyScope(httpTenant(st.pol.Tenant, hs, principal, nil), route)}}
 	if h.GetEndOfStream() {
 		return st.requestHeadersReply(st.begin(p))
 	}
@@ -247,9 +248,17 @@ func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
 	st.renew = st.s.startRenew(st.ctx, l)
 }
 
-// finish runs when the stream ends: an unsettled lease is left to expire.
+// finish runs when the stream ends. An unsettled lease (client reset,
+// ext_proc timeout, a reply cut short, a stream that never saw the
+// response) may have let the upstream act: it is completed as not
+// replayable, with the reply's status when one was seen.
 func (st *procStream) finish() {
-	if st.lease != nil && !st.settled {
-		st.keep()
+	if st.lease == nil || st.settled {
+		return
 	}
+	status := 0
+	if st.capture != nil {
+		status = st.capture.status
+	}
+	st.notKept(status, idempotency.EventNotKept)
 }

@@ -164,7 +164,9 @@ func TestExtProcAloneConflictAndMismatch(t *testing.T) {
 }
 
 // Rows "upstream replied 5xx / router 503 connect failure: released" and
-// "outcome unknown: kept until the TTL", plus local replies of later filters.
+// "the upstream may have acted: not kept" (a retry gets the not-replayable
+// problem with the status, never a second run), plus local replies of
+// later filters.
 func TestExtProcAloneSettlesEachOutcome(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -172,7 +174,7 @@ func TestExtProcAloneSettlesEachOutcome(t *testing.T) {
 		body    []byte
 		details string
 		flags   float64
-		want    string // released, kept, stored
+		want    string // released, not kept, stored
 	}{
 		{"upstream 500", 500, []byte("oops"), viaUpstream, 0, "released"},
 		{"upstream 503", 503, nil, viaUpstream, 0, "released"},
@@ -183,9 +185,9 @@ func TestExtProcAloneSettlesEachOutcome(t *testing.T) {
 		{"router 503 after retries", 503, []byte("x"), "upstream_reset_before_response_started{connection_failure}", flag("UF", "URX"), "released"},
 		{"router 503 no healthy upstream", 503, []byte("no healthy upstream"), "no_healthy_upstream", flag("UH"), "released"},
 		{"local rate limit after ext_proc", 429, []byte("rl"), "local_rate_limited", flag("RL"), "released"},
-		{"router 504 upstream timeout", 504, []byte("upstream request timeout"), "upstream_response_timeout", flag("UT"), "kept"},
-		{"reset before headers", 503, []byte("reset"), "upstream_reset_before_response_started{remote_reset}", flag("UR"), "kept"},
-		{"retries exhausted on resets", 503, []byte("x"), "upstream_reset_before_response_started{remote_reset}", flag("URX", "UR"), "kept"},
+		{"router 504 upstream timeout", 504, []byte("upstream request timeout"), "upstream_response_timeout", flag("UT"), "not kept"},
+		{"reset before headers", 503, []byte("reset"), "upstream_reset_before_response_started{remote_reset}", flag("UR"), "not kept"},
+		{"retries exhausted on resets", 503, []byte("x"), "upstream_reset_before_response_started{remote_reset}", flag("URX", "UR"), "not kept"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,12 +203,11 @@ func TestExtProcAloneSettlesEachOutcome(t *testing.T) {
 				if ir != nil {
 					t.Fatalf("retry answered %d, want it to run again (lease released)", ir.GetStatus().GetCode())
 				}
-			case "kept":
-				wantProblemIR(t, ir, 409, ProblemInProgress)
-				e.clock.Advance(30 * time.Second) // the lease TTL: now a retry runs
-				if _, ir = e.postA(t, "/orders/1", "acme", "k", []byte("{}")); ir != nil {
-					t.Fatalf("after the lease TTL the retry answered %d", ir.GetStatus().GetCode())
-				}
+			case "not kept":
+				wantNotReplayable(t, ir, tc.status)
+				e.clock.Advance(time.Hour - time.Second) // past the lease TTL, within the record TTL
+				_, ir = e.postA(t, "/orders/1", "acme", "k", []byte("{}"))
+				wantNotReplayable(t, ir, tc.status)
 			case "stored":
 				wantReplayIR(t, ir, tc.status, tc.body)
 			}
@@ -215,26 +216,28 @@ func TestExtProcAloneSettlesEachOutcome(t *testing.T) {
 }
 
 // Row "outcome unknown": reset mid-body (no body with end_of_stream) and a
-// stream that ends before any response (client gone) keep the lease.
-func TestExtProcAloneUnfinishedStreamsKeepTheLease(t *testing.T) {
+// stream that ends before any response (client gone, ext_proc timeout)
+// complete the key as not replayable: the upstream may have acted.
+func TestExtProcAloneUnfinishedStreamsAreNotKept(t *testing.T) {
 	e := startIdem(t, idemPolicy)
 	s, _ := e.postA(t, "/orders/1", "acme", "reset", []byte("{}"))
 	s.send(respHeaders(respAttrs(viaUpstream, 0), false, ":status", "200"))
 	s.close() // reset mid-body: Envoy never sends the body
 	s, _ = e.postA(t, "/orders/1", "acme", "gone", []byte("{}"))
 	s.close() // client gone before the response
-	for _, k := range []string{"reset", "gone"} {
+	for k, status := range map[string]int{"reset": 200, "gone": 0} {
 		_, ir := e.postA(t, "/orders/1", "acme", k, []byte("{}"))
-		wantProblemIR(t, ir, 409, ProblemInProgress)
+		wantNotReplayable(t, ir, status)
 	}
-	if got := e.event(apiExtProc, idempotency.EventKept); got != 2 {
-		t.Errorf("kept = %v, want 2", got)
+	if got := e.event(apiExtProc, idempotency.EventNotKept); got != 2 {
+		t.Errorf("not_kept = %v, want 2", got)
 	}
 }
 
-// A response body over max_body_bytes passes through, and the lease is
-// released (a retry runs again), counted as too_large.
-func TestExtProcAloneTooLargeIsReleased(t *testing.T) {
+// A response body over max_body_bytes (no blob store) passes through, and
+// the key is completed as not replayable (a retry never runs again),
+// counted as too_large.
+func TestExtProcAloneTooLargeIsNotKept(t *testing.T) {
 	e := startIdem(t, idemPolicy)
 	big := bytes.Repeat([]byte("x"), 4097)
 	s, _ := e.postA(t, "/orders/1", "acme", "big", []byte("{}"))
@@ -242,9 +245,8 @@ func TestExtProcAloneTooLargeIsReleased(t *testing.T) {
 	s, _ = e.postA(t, "/orders/1", "acme", "declared", []byte("{}"))
 	s.upstream(200, nil, viaUpstream, 0, "content-length", "5000")
 	for _, k := range []string{"big", "declared"} {
-		if _, ir := e.postA(t, "/orders/1", "acme", k, []byte("{}")); ir != nil {
-			t.Errorf("%s: retry answered %d, want it to run again", k, ir.GetStatus().GetCode())
-		}
+		_, ir := e.postA(t, "/orders/1", "acme", k, []byte("{}"))
+		wantNotReplayable(t, ir, 200)
 	}
 	if got := e.event(apiExtProc, idempotency.EventTooLarge); got != 2 {
 		t.Errorf("too_large = %v, want 2", got)

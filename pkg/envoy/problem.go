@@ -27,6 +27,9 @@ const (
 	// ProblemBodyTooLarge: 413, the request body could not be read whole
 	// for the fingerprint.
 	ProblemBodyTooLarge = ProblemTypeBase + "idempotency-request-too-large"
+	// ProblemNotReplayable: 409, the request with this key already ran but
+	// its response was not kept; it will never run again under this key.
+	ProblemNotReplayable = ProblemTypeBase + "idempotency-response-not-replayable"
 	// ProblemUnavailable: 503, the idempotency store is down and the route
 	// fails closed.
 	ProblemUnavailable = ProblemTypeBase + "idempotency-unavailable"
@@ -50,6 +53,9 @@ type Problem struct {
 	Detail string `json:"detail,omitempty"`
 	// ViolatedPolicies names the exceeded quotas (quota-exceeded only).
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// OriginalStatus is the status the first request got, when known
+	// (idempotency-response-not-replayable only).
+	OriginalStatus int `json:"original-status,omitempty"`
 }
 
 // JSON encodes p; a Problem of strings and ints always encodes.
@@ -102,6 +108,14 @@ func problemKeyReused() *reply {
 func problemBodyTooLarge() *reply {
 	return problemReply(Problem{Type: ProblemBodyTooLarge, Title: "Request body too large for idempotency", Status: 413,
 		Detail: "The request body could not be read whole, so the request cannot be identified for its Idempotency-Key."})
+}
+
+// problemNotReplayable: 409 and no Retry-After, since retrying cannot help;
+// status is the first request's status, 0 when unknown.
+func problemNotReplayable(status int) *reply {
+	return problemReply(Problem{Type: ProblemNotReplayable, Title: "The request with this Idempotency-Key already ran", Status: 409,
+		Detail:         "It ran once, but its response was not kept (too large, cut short or unknown), so it cannot be replayed; it will not run again. Check the operation's outcome, and use a new key for a new operation.",
+		OriginalStatus: status})
 }
 
 func problemUnavailable() *reply {

@@ -7,6 +7,9 @@
 //	Begin ──▶ Acquired(lease) ──▶ Complete  → COMPLETED: later Begins replay it
 //	                          ├─▶ Release   → gone: a retry runs again
 //	                          └─▶ (nothing) → the lease expires after its TTL
+//	                          ├─▶ Complete(NotReplayable) → COMPLETED_NOT_REPLAYABLE:
+//	                          │     the write ran but its reply was not kept;
+//	                          │     later Begins answer Unreplayable, never run
 //	Begin while IN_PROGRESS   → InProgress (answer 409, retry later)
 //	Begin with another body   → Mismatch   (answer 422)
 //
@@ -49,6 +52,11 @@ type Response struct {
 	// BodyRef, when set, names a body kept in object storage (see
 	// pkg/idempotency/blob) instead of inline in the record.
 	BodyRef *blob.Ref
+	// NotReplayable marks a reply that ran upstream but could not be kept
+	// (too large, cut short, unknown): the record only says the operation
+	// happened, with Status when known (0 otherwise) and no headers or
+	// body. A retry is told so and never runs again.
+	NotReplayable bool
 }
 
 // TTLs bounds how long a key lives in each state.
@@ -96,6 +104,9 @@ const (
 	InProgress
 	// Mismatch: the key was used with a different fingerprint.
 	Mismatch
+	// Unreplayable: the key is COMPLETED with the same fingerprint but its
+	// reply was not kept; Outcome.Response holds the status (0 if unknown).
+	Unreplayable
 )
 
 // String returns the outcome's metric-friendly name.
@@ -109,6 +120,8 @@ func (k OutcomeKind) String() string {
 		return "in_progress"
 	case Mismatch:
 		return "mismatch"
+	case Unreplayable:
+		return "unreplayable"
 	}
 	return "unknown"
 }
@@ -119,7 +132,7 @@ type Outcome struct {
 	Kind OutcomeKind
 	// Lease is set when Kind is Acquired.
 	Lease Lease
-	// Response is set when Kind is Replay.
+	// Response is set when Kind is Replay or Unreplayable.
 	Response Response
 	// RetryAfter is, when Kind is InProgress, the time left on the
 	// current holder's lease (at least 1ms).
@@ -135,12 +148,16 @@ type Store interface {
 	// difference is a Mismatch, whatever the state.
 	Begin(ctx context.Context, scope, key string, fp Fingerprint, ttls TTLs) (Outcome, error)
 	// Complete stores resp as the key's COMPLETED record for
-	// lease.TTLs.Record. ErrLeaseLost when the lease is no longer held;
+	// lease.TTLs.Record (resp.NotReplayable: a record that only says the
+	// operation ran). ErrLeaseLost when the lease is no longer held;
 	// ErrTooLarge when the body exceeds the store's cap (the lease is kept:
-	// call Release).
+	// complete it NotReplayable). Completing again with the same lease
+	// succeeds and changes nothing (a re-sent command is harmless).
 	Complete(ctx context.Context, lease Lease, resp Response) error
-	// Release deletes the key so that a retry runs again; ErrLeaseLost
-	// when the lease is no longer held.
+	// Release deletes the key so that a retry runs again. Only for a
+	// request that certainly never reached the upstream. ErrLeaseLost when
+	// another owner holds the key or it is completed; a free key is
+	// already released (nil), so a re-sent Release is harmless.
 	Release(ctx context.Context, lease Lease) error
 	// Renew extends the lease by lease.TTLs.Lease from now; ErrLeaseLost
 	// when the lease is no longer held.
@@ -202,8 +219,14 @@ func CheckLease(l Lease) error {
 // (maxBody <= 0 means no cap): status, at most MaxReplayHeaders valid
 // header fields, body size.
 func CheckResponse(r Response, maxBody int64) error {
+	if r.NotReplayable {
+		return checkNotReplayable(r)
+	}
 	if r.Status < 100 || r.Status > 599 {
 		return fmt.Errorf("%w: status %d", ErrInvalidResponse, r.Status)
+	}
+	if err := checkRef(r); err != nil {
+		return err
 	}
 	if maxBody > 0 && int64(len(r.Body)) > maxBody {
 		return fmt.Errorf("%w: %d bytes, cap %d", ErrTooLarge, len(r.Body), maxBody)
@@ -222,9 +245,55 @@ func CheckResponse(r Response, maxBody int64) error {
 	return nil
 }
 
+// checkNotReplayable: a not-replayable record keeps a status (0 = unknown)
+// and nothing else.
+func checkNotReplayable(r Response) error {
+	switch {
+	case r.Status != 0 && (r.Status < 100 || r.Status > 599):
+		return fmt.Errorf("%w: status %d", ErrInvalidResponse, r.Status)
+	case len(r.Headers) != 0 || len(r.Body) != 0 || r.BodyRef != nil:
+		return fmt.Errorf("%w: a not-replayable response carries no headers or body", ErrInvalidResponse)
+	}
+	return nil
+}
+
+// checkRef: a body in object storage leaves Body empty and names an object
+// by a non-empty name, a size and a hex SHA-256.
+func checkRef(r Response) error {
+	ref := r.BodyRef
+	if ref == nil {
+		return nil
+	}
+	if len(r.Body) != 0 || ref.Name == "" || ref.Size < 0 || len(ref.SHA256) != 64 {
+		return fmt.Errorf("%w: body reference %+v with %d inline bytes", ErrInvalidResponse, *ref, len(r.Body))
+	}
+	if _, err := hex.DecodeString(ref.SHA256); err != nil {
+		return fmt.Errorf("%w: body reference sha256 %q", ErrInvalidResponse, ref.SHA256)
+	}
+	return nil
+}
+
+// Equal reports whether r and o are the same response (header order
+// included).
+func (r Response) Equal(o Response) bool {
+	if r.Status != o.Status || r.NotReplayable != o.NotReplayable || string(r.Body) != string(o.Body) ||
+		len(r.Headers) != len(o.Headers) || (r.BodyRef == nil) != (o.BodyRef == nil) {
+		return false
+	}
+	if r.BodyRef != nil && *r.BodyRef != *o.BodyRef {
+		return false
+	}
+	for i := range r.Headers {
+		if r.Headers[i] != o.Headers[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // Clone returns a deep copy of r, so that stores never alias caller memory.
 func (r Response) Clone() Response {
-	c := Response{Status: r.Status}
+	c := Response{Status: r.Status, NotReplayable: r.NotReplayable}
 	if r.Headers != nil {
 		c.Headers = append([]Header(nil), r.Headers...)
 	}

@@ -21,8 +21,8 @@ const (
 	EventMalformed   Event = "malformed"    // 400: the key is not valid
 	EventStored      Event = "stored"       // the upstream's response was stored
 	EventReleased    Event = "released"     // the lease was released: a retry runs again
-	EventKept        Event = "kept"         // unknown outcome: the lease is left to expire
-	EventTooLarge    Event = "too_large"    // the response exceeded the cap: released
+	EventKept        Event = "kept"         // no longer counted: unknown outcomes are not_kept
+	EventTooLarge    Event = "too_large"    // the response exceeded the cap: not kept
 	EventLeaseLost   Event = "lease_lost"   // fencing refused a stale owner
 	EventStoreError  Event = "store_error"  // the store failed
 	EventFailOpen    Event = "fail_open"    // store failed; admitted without a lease
@@ -31,10 +31,19 @@ const (
 	EventBodyTooBig  Event = "request_body" // the request body could not be fingerprinted
 )
 
+// Events of replies that ran but were not kept (completed, not replayable).
+const (
+	// EventNotKept: a reply ran but could not be kept; its key is
+	// completed as not replayable.
+	EventNotKept Event = "not_kept"
+	// EventUnreplayable: 409, a retry of a key whose reply was not kept.
+	EventUnreplayable Event = "unreplayable"
+)
+
 var allEvents = []Event{
 	EventAcquired, EventReplayed, EventConflict, EventMismatch, EventMissing, EventMalformed,
 	EventStored, EventReleased, EventKept, EventTooLarge, EventLeaseLost, EventStoreError,
-	EventFailOpen, EventUnavailable, EventSkipped, EventBodyTooBig,
+	EventFailOpen, EventUnavailable, EventSkipped, EventBodyTooBig, EventNotKept, EventUnreplayable,
 }
 
 // The APIs that report metrics (label values of "api", the same as the

@@ -12,6 +12,17 @@ const (
 	DefaultLeaseTTL     = 30 * time.Second
 	DefaultRecordTTL    = 24 * time.Hour
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxStoredBodyBytes caps a body kept in object storage.
+	DefaultMaxStoredBodyBytes = 100 << 20
+)
+
+// Key scopes: which requests share an Idempotency-Key.
+const (
+	// KeyScopeTenant: one key names one operation across the tenant's
+	// routes (the default).
+	KeyScopeTenant = "tenant"
+	// KeyScopeRoute: one key on two routes is two operations.
+	KeyScopeRoute = "route"
 )
 
 // DefaultReplayHeaders are the response headers replayed when a route does
@@ -42,8 +53,11 @@ func (d *decoder) idempotency(f field) *Idempotency {
 	id := &Idempotency{
 		Methods: []string{"POST", "PATCH"}, LeaseTTL: DefaultLeaseTTL, RecordTTL: DefaultRecordTTL,
 		StoreStatuses: []string{"2xx"}, MaxBodyBytes: DefaultMaxBodyBytes,
+		MaxStoredBodyBytes: DefaultMaxStoredBodyBytes, KeyScope: KeyScopeTenant,
 		ReplayHeaders: append([]string(nil), DefaultReplayHeaders...),
 	}
+	var storedLine int
+	var storedPath string
 	for _, kv := range d.fields(f.node, f.path) {
 		switch kv.key {
 		case "methods":
@@ -62,6 +76,10 @@ func (d *decoder) idempotency(f field) *Idempotency {
 			if id.MaxBodyBytes = d.integer(kv); id.MaxBodyBytes < 1 {
 				d.problem(kv.line, kv.path, "must be at least 1, got %d", id.MaxBodyBytes)
 			}
+		case "max_stored_body_bytes":
+			id.MaxStoredBodyBytes, storedLine, storedPath = d.integer(kv), kv.line, kv.path
+		case "key_scope":
+			id.KeyScope = d.keyScope(kv)
 		case "replay_headers":
 			id.ReplayHeaders = d.replayHeaders(kv)
 		case "fingerprint_headers":
@@ -75,7 +93,19 @@ func (d *decoder) idempotency(f field) *Idempotency {
 	if id.statuses == (statusSet{}) {
 		d.statusInto("2xx", &id.statuses)
 	}
+	if storedPath != "" && id.MaxStoredBodyBytes < id.MaxBodyBytes {
+		d.problem(storedLine, storedPath, "must be at least max_body_bytes (%d), got %d", id.MaxBodyBytes, id.MaxStoredBodyBytes)
+	}
 	return id
+}
+
+func (d *decoder) keyScope(f field) string {
+	switch v := strings.ToLower(d.str(f)); v {
+	case KeyScopeTenant, KeyScopeRoute:
+		return v
+	}
+	d.problem(f.line, f.path, "want tenant or route, got %s", describe(f.node))
+	return KeyScopeTenant
 }
 
 func (d *decoder) positiveDuration(f field) time.Duration {

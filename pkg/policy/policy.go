@@ -171,8 +171,17 @@ type Idempotency struct {
 	// StoreStatuses are the upstream statuses stored as COMPLETED; default
 	// every 2xx. Entries are codes or classes ("2xx", "4xx", "409").
 	StoreStatuses []string
-	// MaxBodyBytes caps a stored response body (default 1 MiB).
+	// MaxBodyBytes caps a response body stored inline in the record
+	// (default 1 MiB).
 	MaxBodyBytes int64
+	// MaxStoredBodyBytes caps a response body kept in object storage
+	// (default 100 MiB, at least MaxBodyBytes); a larger reply, or one
+	// above MaxBodyBytes with no object storage, is not kept and its key
+	// is completed as not replayable.
+	MaxStoredBodyBytes int64
+	// KeyScope is KeyScopeTenant (a key is one operation per tenant) or
+	// KeyScopeRoute (per tenant and route).
+	KeyScope string
 	// ReplayHeaders is the allow-list of response headers replayed.
 	ReplayHeaders []string
 	// FingerprintHeaders are request headers hashed into the fingerprint.

@@ -5,6 +5,7 @@ package memstore
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -21,6 +22,12 @@ type Config struct {
 	MaxBodyBytes int64
 	// SweepEvery is how often expired records are purged; default 1 minute.
 	SweepEvery time.Duration
+	// MaxKeys bounds the records kept; 0 is unbounded. A Begin of a new
+	// key on a full store purges expired records, then evicts completed
+	// records (soonest-expiring first) before live leases, in batches of
+	// MaxKeys/16. Evicting a completed record lets a retry run again, so
+	// size it for the traffic of a record TTL.
+	MaxKeys int
 }
 
 // DefaultMaxBodyBytes is the body cap when Config.MaxBodyBytes is 0.
@@ -48,6 +55,7 @@ type Store struct {
 	now     func() time.Time
 	maxBody int64
 	every   time.Duration
+	maxKeys int
 
 	mu        sync.Mutex
 	records   map[id]*record
@@ -59,7 +67,7 @@ var _ idempotency.Store = (*Store)(nil)
 
 // New returns an empty Store.
 func New(cfg Config) *Store {
-	s := &Store{now: cfg.Now, maxBody: cfg.MaxBodyBytes, every: cfg.SweepEvery, records: map[id]*record{}}
+	s := &Store{now: cfg.Now, maxBody: cfg.MaxBodyBytes, every: cfg.SweepEvery, maxKeys: cfg.MaxKeys, records: map[id]*record{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -88,6 +96,7 @@ func (s *Store) Begin(_ context.Context, scope, key string, fp idempotency.Finge
 	r := s.live(id{scope, key}, now)
 	switch {
 	case r == nil:
+		s.makeRoom(now)
 		lease := idempotency.Lease{Scope: scope, Key: key, Token: idempotency.NewToken(), TTLs: ttls}
 		s.records[id{scope, key}] = &record{state: inProgress, token: lease.Token, fp: fp, expires: now.Add(ttls.Lease)}
 		return idempotency.Outcome{Kind: idempotency.Acquired, Lease: lease}, nil
@@ -95,6 +104,8 @@ func (s *Store) Begin(_ context.Context, scope, key string, fp idempotency.Finge
 		return idempotency.Outcome{Kind: idempotency.Mismatch}, nil
 	case r.state == inProgress:
 		return idempotency.Outcome{Kind: idempotency.InProgress, RetryAfter: max(r.expires.Sub(now), time.Millisecond)}, nil
+	case r.resp.NotReplayable:
+		return idempotency.Outcome{Kind: idempotency.Unreplayable, Response: r.resp.Clone()}, nil
 	default:
 		return idempotency.Outcome{Kind: idempotency.Replay, Response: r.resp.Clone()}, nil
 	}
@@ -108,9 +119,21 @@ func (s *Store) Complete(_ context.Context, l idempotency.Lease, resp idempotenc
 	if err := idempotency.CheckResponse(resp, s.maxBody); err != nil {
 		return err
 	}
-	return s.withLease(l, func(r *record, now time.Time) {
-		r.state, r.resp, r.expires = completed, resp.Clone(), now.Add(l.TTLs.Record)
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return idempotency.ErrClosed
+	}
+	now := s.now()
+	r := s.live(id{l.Scope, l.Key}, now)
+	switch {
+	case r != nil && r.state == completed && r.token == l.Token && r.resp.Equal(resp):
+		return nil // a repeated Complete: already done
+	case r == nil || r.state != inProgress || r.token != l.Token:
+		return idempotency.ErrLeaseLost
+	}
+	r.state, r.resp, r.expires = completed, resp.Clone(), now.Add(l.TTLs.Record)
+	return nil
 }
 
 // Release implements idempotency.Store.
@@ -118,7 +141,20 @@ func (s *Store) Release(_ context.Context, l idempotency.Lease) error {
 	if err := idempotency.CheckLease(l); err != nil {
 		return err
 	}
-	return s.withLease(l, func(*record, time.Time) { delete(s.records, id{l.Scope, l.Key}) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return idempotency.ErrClosed
+	}
+	r := s.live(id{l.Scope, l.Key}, s.now())
+	switch {
+	case r == nil:
+		return nil // free already: a repeated Release
+	case r.state != inProgress || r.token != l.Token:
+		return idempotency.ErrLeaseLost
+	}
+	delete(s.records, id{l.Scope, l.Key})
+	return nil
 }
 
 // Renew implements idempotency.Store.
@@ -183,10 +219,45 @@ func (s *Store) sweep(now time.Time) {
 	if now.Sub(s.lastSweep) < s.every {
 		return
 	}
+	s.purge(now)
+}
+
+func (s *Store) purge(now time.Time) {
 	s.lastSweep = now
 	for k, r := range s.records {
 		if !now.Before(r.expires) {
 			delete(s.records, k)
 		}
+	}
+}
+
+// makeRoom keeps a new key within MaxKeys: expired records go first, then
+// a batch of completed records, soonest-expiring first, then live leases.
+func (s *Store) makeRoom(now time.Time) {
+	if s.maxKeys <= 0 || len(s.records) < s.maxKeys {
+		return
+	}
+	s.purge(now)
+	if len(s.records) < s.maxKeys {
+		return
+	}
+	n := len(s.records) - s.maxKeys + max(1, s.maxKeys/16)
+	type entry struct {
+		k id
+		r *record
+	}
+	all := make([]entry, 0, len(s.records))
+	for k, r := range s.records {
+		all = append(all, entry{k, r})
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i].r, all[j].r
+		if (a.state == completed) != (b.state == completed) {
+			return a.state == completed
+		}
+		return a.expires.Before(b.expires)
+	})
+	for _, e := range all[:min(n, len(all))] {
+		delete(s.records, e.k)
 	}
 }

@@ -3,11 +3,15 @@ package redisstore
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
 
 // encodeHeaders writes headers as a count followed by length-prefixed names
@@ -103,4 +107,49 @@ func decodeBody(enc string, data []byte, maxBody int64) ([]byte, error) {
 		return body, nil
 	}
 	return nil, fmt.Errorf("%w: body encoding %q", ErrUnexpectedReply, enc)
+}
+
+// encodeRef writes a body reference as length-prefixed name, size and
+// SHA-256; nil (an inline body) is empty.
+func encodeRef(r *blob.Ref) []byte {
+	if r == nil {
+		return nil
+	}
+	b := binary.AppendUvarint(nil, uint64(len(r.Name)))
+	b = append(b, r.Name...)
+	b = binary.AppendUvarint(b, uint64(r.Size))
+	b = binary.AppendUvarint(b, uint64(len(r.SHA256)))
+	return append(b, r.SHA256...)
+}
+
+// decodeRef reads what encodeRef wrote; empty is no reference.
+func decodeRef(b []byte) (*blob.Ref, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	name, b, err := lengthPrefixed(b)
+	if err != nil {
+		return nil, err
+	}
+	size, b, err := uvarint(b)
+	if err != nil || size > math.MaxInt64 {
+		return nil, fmt.Errorf("%w: body reference size", ErrUnexpectedReply)
+	}
+	sum, b, err := lengthPrefixed(b)
+	if err != nil || len(b) != 0 {
+		return nil, fmt.Errorf("%w: body reference", ErrUnexpectedReply)
+	}
+	return &blob.Ref{Name: name, Size: int64(size), SHA256: sum}, nil
+}
+
+// digest identifies a completed record's content (complete.lua's ARGV[3..8]),
+// so that a re-sent Complete is told apart from a different one.
+func digest(fields ...[]byte) string {
+	h := sha256.New()
+	for _, f := range fields {
+		var n [binary.MaxVarintLen64]byte
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+		h.Write(f)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -24,20 +25,69 @@ var (
 	//go:embed renew.lua
 	renewSrc string
 
-	beginScript    = redis.NewScript(beginSrc)
-	completeScript = redis.NewScript(completeSrc)
-	releaseScript  = redis.NewScript(releaseSrc)
-	renewScript    = redis.NewScript(renewSrc)
+	beginScript    = newScript(beginSrc)
+	completeScript = newScript(completeSrc)
+	releaseScript  = newScript(releaseSrc)
+	renewScript    = newScript(renewSrc)
 )
 
+// script is a Lua source and the SHA-1 EVALSHA names it by.
+type script struct{ src, sha string }
+
+func newScript(src string) script { return script{src: src, sha: redis.NewScript(src).Hash()} }
+
+// noRetryCmd is a script call that go-redis must never re-send on its own
+// (the cluster client retries timed-out commands even with MaxRetries -1).
+// Every script is also safe to apply twice for the same owner token, so a
+// re-send that slips through (a proxy, another client) is harmless too.
+type noRetryCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (noRetryCmd) NoRetry() bool { return true }
+
+// Processor runs one command: *redis.Client and *redis.ClusterClient.
+type Processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run runs sc by EVALSHA, and by EVAL when the server does not know it
+// (NOSCRIPT: a new node or SCRIPT FLUSH; nothing ran, so sending again is
+// safe).
+func run(ctx context.Context, c Processor, sc script, keys []string, args ...any) (any, error) {
+	v, err := runAs(ctx, c, "evalsha", sc.sha, keys, args)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = runAs(ctx, c, "eval", sc.src, keys, args)
+	}
+	return v, err
+}
+
+func runAs(ctx context.Context, c Processor, verb, script string, keys []string, args []any) (any, error) {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, verb, script, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	cmd := noRetryCmd{redis.NewCmd(ctx, append(a, args...)...)}
+	_ = c.Process(ctx, cmd) // the error is also on cmd
+	return cmd.Result()
+}
+
 // Reply codes of begin.lua. The scripts also hard-code the hash fields
-// st, tok, fp, status, hdr, body, enc and the states 'p' (IN_PROGRESS) and
-// 'c' (COMPLETED): change the Lua and this file together.
+// st, tok, fp, status, hdr, body, enc, ref, rd and the states 'p'
+// (IN_PROGRESS), 'c' (COMPLETED) and 'n' (COMPLETED, not replayable):
+// change the Lua and this file together.
 const (
-	codeAcquired   = 1
-	codeReplay     = 2
-	codeInProgress = 3
-	codeMismatch   = 4
+	codeAcquired      = 1
+	codeReplay        = 2
+	codeInProgress    = 3
+	codeMismatch      = 4
+	codeNotReplayable = 5
+)
+
+// Record states written by complete.lua.
+const (
+	stateCompleted     = "c"
+	stateNotReplayable = "n"
 )
 
 // Body encodings stored in the enc field.
@@ -77,7 +127,14 @@ func (s *Store) parseBegin(v any) (idempotency.Outcome, error) {
 			return idempotency.Outcome{}, fmt.Errorf("%w: pttl %T", ErrUnexpectedReply, arr[1])
 		}
 		return idempotency.Outcome{Kind: idempotency.InProgress, RetryAfter: time.Duration(max(pttl, 1)) * time.Millisecond}, nil
-	case code == codeReplay && len(arr) == 5:
+	case code == codeNotReplayable && len(arr) == 2:
+		st, _ := arr[1].(string)
+		status, err := strconv.Atoi(st)
+		if err != nil || (status != 0 && (status < 100 || status > 599)) {
+			return idempotency.Outcome{}, fmt.Errorf("%w: status %q", ErrUnexpectedReply, st)
+		}
+		return idempotency.Outcome{Kind: idempotency.Unreplayable, Response: idempotency.Response{Status: status, NotReplayable: true}}, nil
+	case code == codeReplay && len(arr) == 6:
 		resp, err := s.decodeRecord(arr[1:])
 		if err != nil {
 			return idempotency.Outcome{}, err
@@ -87,9 +144,9 @@ func (s *Store) parseBegin(v any) (idempotency.Outcome, error) {
 	return idempotency.Outcome{}, fmt.Errorf("%w: code %d with %d elements", ErrUnexpectedReply, code, len(arr))
 }
 
-// decodeRecord reads {status, headers, body, encoding} of a COMPLETED record.
+// decodeRecord reads {status, headers, body, encoding, ref} of a COMPLETED record.
 func (s *Store) decodeRecord(f []any) (idempotency.Response, error) {
-	var str [4]string
+	var str [5]string
 	for i, e := range f {
 		v, ok := e.(string)
 		if !ok {
@@ -109,7 +166,11 @@ func (s *Store) decodeRecord(f []any) (idempotency.Response, error) {
 	if err != nil {
 		return idempotency.Response{}, err
 	}
-	return idempotency.Response{Status: status, Headers: hs, Body: body}, nil
+	ref, err := decodeRef([]byte(str[4]))
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	return idempotency.Response{Status: status, Headers: hs, Body: body, BodyRef: ref}, nil
 }
 
 // lost maps a 0/1 script reply to nil or ErrLeaseLost.

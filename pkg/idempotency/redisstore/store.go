@@ -3,9 +3,12 @@
 //
 // Each key is one hash, `<prefix>:idem:{<escaped scope>|<escaped key>}`
 // (idempotency.StorageKey inside the braces, so the whole record lives in
-// one cluster slot), with the fields st (p = IN_PROGRESS, c = COMPLETED),
-// tok (owner token), fp (fingerprint), and, once completed, status, hdr
-// (encoded headers), body and enc (body encoding, ” or 'gzip'). Every
+// one cluster slot), with the fields st (p = IN_PROGRESS, c = COMPLETED,
+// n = COMPLETED but not replayable), tok (owner token), fp (fingerprint),
+// and, once completed, status, hdr (encoded headers), body, enc (body
+// encoding, ” or 'gzip'), ref (encoded blob.Ref when the body lives in
+// object storage) and rd (digest of the completed content, so that a
+// re-sent Complete succeeds and a different one does not). Every
 // transition is one Lua script, atomic on the server, and every write sets a
 // TTL: the lease TTL while IN_PROGRESS, the record TTL once COMPLETED, so no
 // key outlives its purpose. Lease expiry is Redis key expiry, on Redis's
@@ -19,8 +22,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
 )
@@ -50,7 +51,7 @@ type Options struct {
 // marks the store closed and leaves the client to its owner (it is usually
 // shared with the rate-limit store).
 type Store struct {
-	client   redis.Scripter
+	client   Processor
 	prefix   string
 	maxBody  int64
 	compress int
@@ -59,9 +60,8 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a Store over client, a *redis.Client or *redis.ClusterClient
-// (any redis.Scripter).
-func New(client redis.Scripter, o Options) (*Store, error) {
+// New returns a Store over client, a *redis.Client or *redis.ClusterClient.
+func New(client Processor, o Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("idempotency redisstore: nil client")
 	}
@@ -95,7 +95,7 @@ func (s *Store) Begin(ctx context.Context, scope, key string, fp idempotency.Fin
 		return idempotency.Outcome{}, idempotency.ErrClosed
 	}
 	token := idempotency.NewToken()
-	v, err := beginScript.Run(ctx, s.client, []string{s.Key(scope, key)}, token, fp.String(), ms(ttls.Lease)).Result()
+	v, err := run(ctx, s.client, beginScript, []string{s.Key(scope, key)}, token, fp.String(), ms(ttls.Lease))
 	if err != nil {
 		return idempotency.Outcome{}, fmt.Errorf("idempotency begin: %w", err)
 	}
@@ -117,9 +117,15 @@ func (s *Store) Complete(ctx context.Context, l idempotency.Lease, resp idempote
 	if err := idempotency.CheckResponse(resp, s.maxBody); err != nil {
 		return err
 	}
-	enc, body := encodeBody(resp.Body, s.compress)
-	v, err := completeScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)},
-		l.Token, ms(l.TTLs.Record), strconv.Itoa(resp.Status), encodeHeaders(resp.Headers), body, enc).Result()
+	state, enc, body := stateCompleted, "", []byte(nil)
+	if resp.NotReplayable {
+		state = stateNotReplayable
+	} else {
+		enc, body = encodeBody(resp.Body, s.compress)
+	}
+	f := [][]byte{[]byte(state), []byte(strconv.Itoa(resp.Status)), encodeHeaders(resp.Headers), body, []byte(enc), encodeRef(resp.BodyRef)}
+	v, err := run(ctx, s.client, completeScript, []string{s.Key(l.Scope, l.Key)},
+		l.Token, ms(l.TTLs.Record), f[0], f[1], f[2], f[3], f[4], f[5], digest(f...))
 	if err = lost(v, err); err != nil {
 		return fmt.Errorf("idempotency complete: %w", err)
 	}
@@ -131,7 +137,7 @@ func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
 	if err := s.check(l); err != nil {
 		return err
 	}
-	v, err := releaseScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)}, l.Token).Result()
+	v, err := run(ctx, s.client, releaseScript, []string{s.Key(l.Scope, l.Key)}, l.Token)
 	if err = lost(v, err); err != nil {
 		return fmt.Errorf("idempotency release: %w", err)
 	}
@@ -143,7 +149,7 @@ func (s *Store) Renew(ctx context.Context, l idempotency.Lease) error {
 	if err := s.check(l); err != nil {
 		return err
 	}
-	v, err := renewScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)}, l.Token, ms(l.TTLs.Lease)).Result()
+	v, err := run(ctx, s.client, renewScript, []string{s.Key(l.Scope, l.Key)}, l.Token, ms(l.TTLs.Lease))
 	if err = lost(v, err); err != nil {
 		return fmt.Errorf("idempotency renew: %w", err)
 	}

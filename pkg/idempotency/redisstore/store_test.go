@@ -19,6 +19,7 @@ import (
 
 // client is what the tests need of a standalone or cluster client.
 type client interface {
+	redisstore.Processor
 	redis.Scripter
 	redis.Cmdable
 }

@@ -49,6 +49,9 @@ func Run(t *testing.T, h Harness) {
 		{"InvalidArguments", testInvalid},
 		{"TooManyHeaders", testTooManyHeaders},
 		{"Close", testClose},
+		{"NotReplayable", testNotReplayable},
+		{"RepeatedTransitions", testRepeated},
+		{"BodyRefRoundTrip", testBodyRef},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,15 +101,10 @@ func sampleResponse() idempotency.Response {
 }
 
 func equalResponse(a, b idempotency.Response) bool {
-	if a.Status != b.Status || !bytes.Equal(a.Body, b.Body) || len(a.Headers) != len(b.Headers) {
-		return false
+	if len(a.Body) == 0 && len(b.Body) == 0 {
+		a.Body, b.Body = nil, nil // nil and empty are the same body
 	}
-	for i := range a.Headers {
-		if a.Headers[i] != b.Headers[i] {
-			return false
-		}
-	}
-	return true
+	return a.Equal(b)
 }
 
 func testLifecycle(t *testing.T, h Harness) {
@@ -148,8 +146,9 @@ func testRelease(t *testing.T, h Harness) {
 	if err := s.Release(ctx, o.Lease); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if err := s.Release(ctx, o.Lease); !errors.Is(err, idempotency.ErrLeaseLost) {
-		t.Fatalf("second Release = %v, want ErrLeaseLost", err)
+	// The key is free: a repeated (re-sent) Release is harmless.
+	if err := s.Release(ctx, o.Lease); err != nil {
+		t.Fatalf("second Release = %v, want nil", err)
 	}
 	// After a release the key is free, whatever the fingerprint.
 	o2 := mustBegin(t, s, scope, "k", fp("b"), idempotency.Acquired)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/extauthz/extauthz/internal/s3test"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
-	"github.com/extauthz/extauthz/pkg/idempotency/blob/blobtest"
+	"github.com/extauthz/extauthz/pkg/idempotency/blob/blobconform"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob/s3blob"
 )
 
@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 		}
 		return len(out.Uploads)
 	}
-	blobtest.Run(t, newStore, blobtest.Options{BigSize: 12 << 20, Pending: pending})
+	blobconform.Run(t, newStore, blobconform.Options{BigSize: 12 << 20, Pending: pending})
 }
 
 // TestEnvironmentChain builds the store as cmd/extauthz does, from the
