@@ -68,8 +68,9 @@ func testSpec(config string, strip bool) renderSpec {
 		adminPort:     19901,
 		listenerPorts: map[string]int{listenerName(config): 19000},
 		endpoints: map[string][]string{
-			"extauthz": {"127.0.0.1:19001", "127.0.0.1:19002"},
-			"upstream": {"127.0.0.1:19080"},
+			"extauthz":        {"127.0.0.1:19001", "127.0.0.1:19002"},
+			"extauthz_replay": {"127.0.0.1:19003"},
+			"upstream":        {"127.0.0.1:19080"},
 		},
 		stripFilters: strip,
 	}

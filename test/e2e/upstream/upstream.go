@@ -12,6 +12,8 @@
 //	X-Upstream-Reset: mid-body    send headers and half the body, then reset
 //	X-Upstream-Body: binary       answer application/octet-stream bytes that
 //	                              are not valid UTF-8 (all 256 byte values)
+//	X-Upstream-Size: 2097152      answer that many random bytes (a fresh
+//	                              stream per execution), streamed in chunks
 //
 // Every reply but /healthz is unique per execution (a random id in the body),
 // so an identical body on a retry proves a replay, not a second execution.
@@ -22,6 +24,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -35,6 +38,7 @@ const (
 	HeaderDelay     = "X-Upstream-Delay"
 	HeaderReset     = "X-Upstream-Reset"
 	HeaderBody      = "X-Upstream-Body"
+	HeaderSize      = "X-Upstream-Size"
 	HeaderExecution = "X-Upstream-Execution"
 	HeaderTenant    = "X-Tenant-Id"
 	HeaderKey       = "Idempotency-Key"
@@ -114,6 +118,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderExecution, strconv.Itoa(n))
 	// Never replayed by extauthz's header allow-list.
 	w.Header().Set("Set-Cookie", "session="+randomHex(8))
+	if size, err := strconv.ParseInt(r.Header.Get(HeaderSize), 10, 64); err == nil && size >= 0 && size <= maxSize {
+		writeRandom(w, status, size)
+		return
+	}
 	if r.Header.Get(HeaderBody) == "binary" {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(status)
@@ -195,4 +203,27 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// maxSize bounds X-Upstream-Size (the e2e tests go up to 100 MiB + 1).
+const maxSize = 256 << 20
+
+// writeRandom streams size pseudo-random bytes, seeded per execution, in
+// 64 KiB writes: the upstream's memory does not grow with the body.
+func writeRandom(w http.ResponseWriter, status int, size int64) {
+	var seed [32]byte
+	_, _ = rand.Read(seed[:])
+	src := mrand.NewChaCha8(seed)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(status)
+	buf := make([]byte, 64<<10)
+	for size > 0 {
+		n := min(int64(len(buf)), size)
+		_, _ = src.Read(buf[:n])
+		if _, err := w.Write(buf[:n]); err != nil {
+			return
+		}
+		size -= n
+	}
 }
