@@ -94,8 +94,8 @@ func TestRenderEnvoy(t *testing.T) {
 				t.Fatal(err)
 			}
 			addrs := collect(doc, "socket_address")
-			if len(addrs) != 5 { // admin, listener, 2 extauthz, upstream
-				t.Fatalf("socket addresses: got %d, want 5: %v", len(addrs), addrs)
+			if len(addrs) != 6 { // admin, listener, 2 extauthz, extauthz_replay, upstream
+				t.Fatalf("socket addresses: got %d, want 6: %v", len(addrs), addrs)
 			}
 			for _, a := range addrs {
 				m := a.(map[string]any)
