@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/extauthz/extauthz/internal/s3test"
 	"github.com/extauthz/extauthz/test/e2e/upstream"
@@ -31,7 +32,7 @@ http:
 
 // newBlobStack is the front proxy with two extauthz replicas sharing a
 // replay secret, Redis, and a real S3-compatible server (moto).
-func newBlobStack(t *testing.T) (*stack, *s3test.Server) {
+func newBlobStack(t *testing.T, edit ...func([]byte) []byte) (*stack, *s3test.Server) {
 	t.Helper()
 	moto := s3test.Shared(t)
 	bucket := moto.NewBucket(t)
@@ -45,7 +46,11 @@ func newBlobStack(t *testing.T) (*stack, *s3test.Server) {
 			t.Fatal(err)
 		}
 	}
-	s := newStack(t, stackOpts{policy: dir, env: []string{
+	var editConfig func([]byte) []byte
+	if len(edit) > 0 {
+		editConfig = edit[0]
+	}
+	s := newStack(t, stackOpts{policy: dir, editConfig: editConfig, env: []string{
 		"EXTAUTHZ_BLOB_S3_ENDPOINT=" + moto.Endpoint,
 		"EXTAUTHZ_BLOB_S3_BUCKET=" + bucket,
 		"EXTAUTHZ_BLOB_S3_REGION=" + s3test.Region,
@@ -107,5 +112,51 @@ func TestClientReplayHeaderIsStripped(t *testing.T) {
 	}
 	if n := s.up.Executions(tenant, key); n != 1 {
 		t.Errorf("upstream executed %d times, want 1", n)
+	}
+}
+
+// streamed switches the front proxy's response bodies from BUFFERED to
+// STREAMED (ext_proc sees chunks as they pass; nothing is buffered whole).
+func streamed(src []byte) []byte {
+	return []byte(strings.ReplaceAll(string(src), "response_body_mode: BUFFERED", "response_body_mode: STREAMED"))
+}
+
+// Replies of 2 MiB and 20 MiB through STREAMED response bodies: the first
+// call delivers the whole body, the retry gets it byte for byte from object
+// storage, the upstream runs once; 100 MiB + 1 byte (above the default
+// max_stored_body_bytes) is delivered once and then answered
+// idempotency-response-not-replayable, never run again. Both wirings.
+func TestHugeRepliesStreamed(t *testing.T) {
+	s, _ := newBlobStack(t, streamed)
+	for _, w := range []wiring{wiringB, wiringA} {
+		for _, size := range []int{2 << 20, 20 << 20, 100<<20 + 1} {
+			t.Run(w.name+"/"+strconv.Itoa(size), func(t *testing.T) {
+				tenant, key := uniq("th"), uniq("key")
+				r := post(w, tenant, key, `{"huge":true}`, upstream.HeaderSize, strconv.Itoa(size), upstream.HeaderStatus, "201")
+				start := time.Now()
+				first := s.do(t, r)
+				capture := time.Since(start)
+				if first.status != http.StatusCreated || len(first.body) != size {
+					t.Fatalf("first: %d with %d bytes, want 201 with %d", first.status, len(first.body), size)
+				}
+				start = time.Now()
+				again := s.do(t, r)
+				replay := time.Since(start)
+				if size > 100<<20 {
+					if again.status != http.StatusConflict || !strings.Contains(string(again.body), "idempotency-response-not-replayable") {
+						t.Fatalf("retry above the cap: %s, want 409 idempotency-response-not-replayable", again)
+					}
+				} else if again.status != http.StatusCreated || sha256Hex(again.body) != sha256Hex(first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+					t.Fatalf("retry: %d with %d bytes, replayed %q; want the first reply byte for byte, replayed true",
+						again.status, len(again.body), again.header.Get("Idempotent-Replayed"))
+				}
+				if n := s.up.Executions(tenant, key); n != 1 {
+					t.Errorf("upstream executed %d times, want 1", n)
+				}
+				mb := float64(size) / (1 << 20)
+				t.Logf("%s %d bytes: first call (capture) %v = %.1f MiB/s; retry (replay) %v = %.1f MiB/s",
+					w.name, size, capture, mb/capture.Seconds(), replay, mb/replay.Seconds())
+			})
+		}
 	}
 }
