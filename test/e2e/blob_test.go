@@ -34,7 +34,12 @@ http:
 // replay secret, Redis, and a real S3-compatible server (moto).
 func newBlobStack(t *testing.T, edit ...func([]byte) []byte) (*stack, *s3test.Server) {
 	t.Helper()
-	moto := s3test.Shared(t)
+	return newBlobStackOn(t, s3test.Shared(t), edit...)
+}
+
+// newBlobStackOn is newBlobStack on a given moto server.
+func newBlobStackOn(t *testing.T, moto *s3test.Server, edit ...func([]byte) []byte) (*stack, *s3test.Server) {
+	t.Helper()
 	bucket := moto.NewBucket(t)
 	dir := t.TempDir()
 	edge, err := os.ReadFile(filepath.Join(deps.root, "test", "e2e", "testdata", "policy", "edge.yaml"))
@@ -159,4 +164,49 @@ func TestHugeRepliesStreamed(t *testing.T) {
 			})
 		}
 	}
+	t.Logf("peak RSS: envoy %s", peakRSS(s.envoy))
+	for _, r := range s.replicas {
+		t.Logf("peak RSS: %s %s", r.name, peakRSS(r.proc))
+	}
+}
+
+// Object storage down while a large reply is captured: the client still
+// gets the reply, the key completes not replayable (the route's
+// failure_mode applies to the record store, which is up), and the retry is
+// 409, never a second execution. Both wirings.
+func TestObjectStorageDown(t *testing.T) {
+	moto := s3test.Start(t)
+	s, _ := newBlobStackOn(t, moto, streamed)
+	moto.Stop()
+	for _, w := range []wiring{wiringB, wiringA} {
+		t.Run(w.name, func(t *testing.T) {
+			tenant, key := uniq("td"), uniq("key")
+			r := post(w, tenant, key, `{}`, upstream.HeaderSize, strconv.Itoa(2<<20), upstream.HeaderStatus, "201")
+			first := s.do(t, r)
+			if first.status != http.StatusCreated || len(first.body) != 2<<20 {
+				t.Fatalf("first: %d with %d bytes, want the upstream's 201 with 2 MiB", first.status, len(first.body))
+			}
+			again := s.do(t, r)
+			if again.status != http.StatusConflict || !strings.Contains(string(again.body), "idempotency-response-not-replayable") {
+				t.Fatalf("retry: %s, want 409 idempotency-response-not-replayable", again)
+			}
+			if n := s.up.Executions(tenant, key); n != 1 {
+				t.Errorf("upstream executed %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// peakRSS reads a process's peak resident set (VmHWM) from /proc.
+func peakRSS(p *proc) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
+	if err != nil {
+		return "n/a"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:"))
+		}
+	}
+	return "n/a"
 }
