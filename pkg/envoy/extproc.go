@@ -30,16 +30,18 @@ import (
 //     on the whole body (409, 422, replay via ImmediateResponse, or proceed
 //     holding a lease), and settles the lease on the response.
 //
-// Settling the lease on the response (DESIGN §4): a real upstream reply
-// (response.code_details via_upstream) with a status the route stores is
-// Complete'd once its whole body arrived; any other real reply is Released
-// (a retry runs again); an Envoy local reply for a request that never
-// reached the upstream (connect failure, no healthy host, overflow, no
-// route: response.flags UF, UH, UO, NR, NC, DF, or a later filter's RL,
-// UAEX, RLSE, FI) is Released; every other outcome — upstream timeout,
-// reset, a stream that ends before the whole response — keeps the lease
-// until its TTL, because the upstream may still have run. A body over the
-// route's max_body_bytes passes through and the lease is Released.
+// Settling the lease on the response (DESIGN §4, the settle table of
+// docs/idempotency.md): exactly once, a lease is Released only when the
+// upstream certainly did not act — an Envoy local reply whose
+// response.flags say the request never reached an upstream (UF, UH, UO,
+// NR, NC, DF, or a later filter's RL, UAEX, RLSE, FI) — or when a real
+// upstream reply (response.code_details via_upstream) has a status the
+// route does not store. A real reply with a stored status is Complete'd
+// once its whole body arrived (inline up to max_body_bytes, else through
+// the optional blob store up to max_stored_body_bytes). Every other
+// outcome — upstream timeout, reset, client gone, ext_proc timeout, a reply
+// too large to keep — completes the key as not replayable: the upstream
+// may have acted, so a retry is told so (409) and never runs again.
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
 

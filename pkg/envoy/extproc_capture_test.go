@@ -197,3 +197,26 @@ func TestWiringBTooLargeIsNotReplayable(t *testing.T) {
 		t.Errorf("unreplayable = %v, want 1", got)
 	}
 }
+
+// A stream that ends in the middle of a spilled body (client reset,
+// ext_proc timeout) aborts the object and completes the key as not
+// replayable with the status seen.
+func TestExtProcStreamEndsMidSpill(t *testing.T) {
+	blobs := blobtest.New()
+	e := startIdemStore(t, capturePolicy, nil, WithBlobStore(blobs))
+	s := e.postStreamed(t, "/orders/1", "cut")
+	s.send(respHeaders(respAttrs(viaUpstream, 0), false, ":status", "201"))
+	for range 2 {
+		msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: make([]byte, 3000)}}}
+		if r := s.send(msg); r.GetResponseBody() == nil {
+			t.Fatalf("chunk answered %v", r)
+		}
+	}
+	s.close()
+	_, ir := e.postA(t, "/orders/1", "acme", "cut", []byte("{}"))
+	wantNotReplayable(t, ir, 201)
+	if blobs.Len() != 0 || blobs.Aborted() != 1 {
+		t.Errorf("%d objects, %d aborted; want the partial object aborted", blobs.Len(), blobs.Aborted())
+	}
+}

@@ -23,7 +23,7 @@ type idemOptions struct {
 const (
 	// DefaultStoreTimeout bounds one idempotency store call: well below
 	// Envoy's ext_authz timeout (250ms in envoy/) and ext_proc
-	// message_timeout (500ms), so that a dead Redis is answered by the
+	// message_timeout (2s), so that a dead Redis is answered by the
 	// route's failure mode instead of by Envoy's status_on_error.
 	DefaultStoreTimeout = 100 * time.Millisecond
 	// DefaultMaxRequestBody bounds the request body ext_proc buffers for a

@@ -32,13 +32,13 @@ http:
 
 // newBlobStack is the front proxy with two extauthz replicas sharing a
 // replay secret, Redis, and a real S3-compatible server (moto).
-func newBlobStack(t *testing.T, edit ...func([]byte) []byte) (*stack, *s3test.Server) {
+func newBlobStack(t *testing.T) (*stack, *s3test.Server) {
 	t.Helper()
-	return newBlobStackOn(t, s3test.Shared(t), edit...)
+	return newBlobStackOn(t, s3test.Shared(t))
 }
 
 // newBlobStackOn is newBlobStack on a given moto server.
-func newBlobStackOn(t *testing.T, moto *s3test.Server, edit ...func([]byte) []byte) (*stack, *s3test.Server) {
+func newBlobStackOn(t *testing.T, moto *s3test.Server) (*stack, *s3test.Server) {
 	t.Helper()
 	bucket := moto.NewBucket(t)
 	dir := t.TempDir()
@@ -51,11 +51,7 @@ func newBlobStackOn(t *testing.T, moto *s3test.Server, edit ...func([]byte) []by
 			t.Fatal(err)
 		}
 	}
-	var editConfig func([]byte) []byte
-	if len(edit) > 0 {
-		editConfig = edit[0]
-	}
-	s := newStack(t, stackOpts{policy: dir, editConfig: editConfig, env: []string{
+	s := newStack(t, stackOpts{policy: dir, env: []string{
 		"EXTAUTHZ_BLOB_S3_ENDPOINT=" + moto.Endpoint,
 		"EXTAUTHZ_BLOB_S3_BUCKET=" + bucket,
 		"EXTAUTHZ_BLOB_S3_REGION=" + s3test.Region,
@@ -75,8 +71,7 @@ func sha256Hex(b []byte) string {
 // A reply larger than max_body_bytes goes to object storage; the retry
 // gets it byte for byte from the replay endpoint (on either replica:
 // tickets are signed with the shared secret), marked Idempotent-Replayed,
-// and the upstream runs once. Both wirings. The size stays under the
-// shipped configs' 1 MiB BUFFERED response limit.
+// and the upstream runs once. Both wirings.
 func TestLargeReplyReplayedFromObjectStorage(t *testing.T) {
 	s, _ := newBlobStack(t)
 	const size = 768 << 10
@@ -120,19 +115,13 @@ func TestClientReplayHeaderIsStripped(t *testing.T) {
 	}
 }
 
-// streamed switches the front proxy's response bodies from BUFFERED to
-// STREAMED (ext_proc sees chunks as they pass; nothing is buffered whole).
-func streamed(src []byte) []byte {
-	return []byte(strings.ReplaceAll(string(src), "response_body_mode: BUFFERED", "response_body_mode: STREAMED"))
-}
-
-// Replies of 2 MiB and 20 MiB through STREAMED response bodies: the first
+// Replies of 2 MiB and 20 MiB (ext_proc STREAMED response bodies): the first
 // call delivers the whole body, the retry gets it byte for byte from object
 // storage, the upstream runs once; 100 MiB + 1 byte (above the default
 // max_stored_body_bytes) is delivered once and then answered
 // idempotency-response-not-replayable, never run again. Both wirings.
 func TestHugeRepliesStreamed(t *testing.T) {
-	s, _ := newBlobStack(t, streamed)
+	s, _ := newBlobStack(t)
 	for _, w := range []wiring{wiringB, wiringA} {
 		for _, size := range []int{2 << 20, 20 << 20, 100<<20 + 1} {
 			t.Run(w.name+"/"+strconv.Itoa(size), func(t *testing.T) {
@@ -176,7 +165,7 @@ func TestHugeRepliesStreamed(t *testing.T) {
 // 409, never a second execution. Both wirings.
 func TestObjectStorageDown(t *testing.T) {
 	moto := s3test.Start(t)
-	s, _ := newBlobStackOn(t, moto, streamed)
+	s, _ := newBlobStackOn(t, moto)
 	moto.Stop()
 	for _, w := range []wiring{wiringB, wiringA} {
 		t.Run(w.name, func(t *testing.T) {
@@ -195,18 +184,4 @@ func TestObjectStorageDown(t *testing.T) {
 			}
 		})
 	}
-}
-
-// peakRSS reads a process's peak resident set (VmHWM) from /proc.
-func peakRSS(p *proc) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
-	if err != nil {
-		return "n/a"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:"))
-		}
-	}
-	return "n/a"
 }

@@ -21,6 +21,7 @@ func TestFrontProxy(t *testing.T) {
 	}{
 		{"ratelimit", rateLimitScenarios},
 		{"idempotency", idempotencyScenarios},
+		{"large_reply", largeReplyScenarios},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -39,9 +39,9 @@ var idempotencyScenarios = func() []scenario {
 			scenario{w.name + "/missing_key_400", func(t *testing.T, s *stack) { testMissingKey(t, s, w) }},
 			scenario{w.name + "/concurrent_duplicates", func(t *testing.T, s *stack) { testConcurrent(t, s, w) }},
 			scenario{w.name + "/upstream_500_retry_executes", func(t *testing.T, s *stack) { testUpstream500(t, s, w) }},
-			scenario{w.name + "/upstream_timeout_locks_until_lease_ttl", func(t *testing.T, s *stack) { testUpstreamTimeout(t, s, w) }},
+			scenario{w.name + "/upstream_timeout_never_reruns", func(t *testing.T, s *stack) { testUpstreamTimeout(t, s, w) }},
 			scenario{w.name + "/tenant_isolation", func(t *testing.T, s *stack) { testTenantIsolation(t, s, w) }},
-			scenario{w.name + "/upstream_reset_keeps_lease", func(t *testing.T, s *stack) { testUpstreamReset(t, s, w) }},
+			scenario{w.name + "/upstream_reset_never_reruns", func(t *testing.T, s *stack) { testUpstreamReset(t, s, w) }},
 			scenario{w.name + "/binary_body_replayed_byte_for_byte", func(t *testing.T, s *stack) { testBinaryReplay(t, s, w) }},
 		)
 	}
@@ -183,44 +183,34 @@ func testUpstream500(t *testing.T, s *stack, w wiring) {
 	}
 }
 
-// An upstream that times out (Envoy answers 504) may still be running: the
-// key stays locked (409) until the lease ends, then a retry runs. ext_proc
-// renews the lease while the upstream works (every lease_ttl/3), so it ends
-// between lease_ttl after the first request and lease_ttl after the 504.
+// An upstream that times out (Envoy answers 504) may still be running, so
+// its write may happen: the key is completed as not replayable, and every
+// retry, also after the lease TTL, gets the 409 not-replayable problem and
+// never runs the write a second time.
 func testUpstreamTimeout(t *testing.T, s *stack, w wiring) {
 	tenant, key := uniq("ti"), uniq("key")
-	start := time.Now()
 	r := s.do(t, post(w, tenant, key, `{}`, upstream.HeaderDelay, (routeTimeout+5*time.Second).String()))
-	timedOut := time.Now()
 	if r.status != http.StatusGatewayTimeout {
 		t.Fatalf("first: got %s, want 504 after the route timeout", r)
 	}
-	if r := s.do(t, post(w, tenant, key, `{}`)); r.status != http.StatusConflict {
-		t.Fatalf("retry right after the 504: got %s, want 409 (key locked)", r)
-	}
-	for {
+	wantNotReplayable := func(when string) {
+		t.Helper()
 		r := s.do(t, post(w, tenant, key, `{}`))
-		if r.status == http.StatusOK {
-			break
+		if r.status != http.StatusConflict || !strings.Contains(string(r.body), "idempotency-response-not-replayable") {
+			t.Fatalf("retry %s: got %s, want 409 idempotency-response-not-replayable", when, r)
 		}
-		if r.status != http.StatusConflict {
-			t.Fatalf("retry: got %s, want 409 then 200", r)
-		}
-		if time.Since(timedOut) > leaseTTL+3*time.Second {
-			t.Fatalf("still locked %v after the 504 (lease TTL %v)", time.Since(timedOut), leaseTTL)
-		}
-		time.Sleep(250 * time.Millisecond)
 	}
-	if locked := time.Since(start); locked < leaseTTL-time.Second {
-		t.Errorf("the key unlocked %v after the first request, before the lease TTL %v", locked, leaseTTL)
-	}
-	if n := s.up.Executions(tenant, key); n != 2 {
-		t.Errorf("upstream executed %d times, want 2", n)
+	wantNotReplayable("right after the 504")
+	time.Sleep(leaseTTL + time.Second)
+	wantNotReplayable("after the lease TTL")
+	if n := s.up.Executions(tenant, key); n != 1 {
+		t.Errorf("upstream executed %d times, want 1", n)
 	}
 }
 
 // An upstream that resets the connection, before its reply or in the
-// middle of the body, may have done the work: the key stays locked (409).
+// middle of the body, may have done the work: the key is completed as not
+// replayable (409, never a second run).
 func testUpstreamReset(t *testing.T, s *stack, w wiring) {
 	for _, when := range []string{"before", "mid-body"} {
 		tenant, key := uniq("ti"), uniq("key")
@@ -228,8 +218,8 @@ func testUpstreamReset(t *testing.T, s *stack, w wiring) {
 		if err == nil && r.status < 500 {
 			t.Fatalf("reset %s: got %s, want an error or a 5xx", when, r)
 		}
-		if r := s.do(t, post(w, tenant, key, `{}`)); r.status != http.StatusConflict {
-			t.Errorf("retry after a reset %s: got %s, want 409 (key locked)", when, r)
+		if r := s.do(t, post(w, tenant, key, `{}`)); r.status != http.StatusConflict || !strings.Contains(string(r.body), "idempotency-response-not-replayable") {
+			t.Errorf("retry after a reset %s: got %s, want 409 idempotency-response-not-replayable", when, r)
 		}
 		if n := s.up.Executions(tenant, key); n != 1 {
 			t.Errorf("reset %s: upstream executed %d times, want 1", when, n)

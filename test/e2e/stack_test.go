@@ -27,9 +27,6 @@ type stackOpts struct {
 	policy string
 	// stripFilters runs Envoy with the router only (latency baseline).
 	stripFilters bool
-	// editConfig, when set, rewrites the envoy/ file before rendering (a
-	// scenario the shipped file does not configure yet).
-	editConfig func([]byte) []byte
 	// noExtauthz starts Envoy without extauthz replicas: the cluster points
 	// at closed ports (and Redis is not started).
 	noExtauthz bool
@@ -154,9 +151,6 @@ func (s *stack) startEnvoy(extauthzAddrs []string) {
 	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", s.opts.config))
 	if err != nil {
 		s.t.Fatal(err)
-	}
-	if s.opts.editConfig != nil {
-		src = s.opts.editConfig(src)
 	}
 	listener, admin := freePort(s.t), freePort(s.t)
 	cfg, err := renderEnvoy(src, renderSpec{

@@ -12,8 +12,11 @@
 //	X-Upstream-Reset: mid-body    send headers and half the body, then reset
 //	X-Upstream-Body: binary       answer application/octet-stream bytes that
 //	                              are not valid UTF-8 (all 256 byte values)
-//	X-Upstream-Size: 2097152      answer that many random bytes (a fresh
-//	                              stream per execution), streamed in chunks
+//	X-Upstream-Size: 2097152      answer that many random bytes with their
+//	                              Content-Length, in 64 KiB writes
+//	X-Upstream-Body-Size: 2097152 answer that many random bytes, streamed in
+//	                              64 KiB chunks without Content-Length; the
+//	                              X-Upstream-Body-Sha256 header is their hash
 //
 // Every reply but /healthz is unique per execution (a random id in the body),
 // so an identical body on a retry proves a replay, not a second execution.
@@ -21,6 +24,7 @@ package upstream
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -39,6 +43,8 @@ const (
 	HeaderReset     = "X-Upstream-Reset"
 	HeaderBody      = "X-Upstream-Body"
 	HeaderSize      = "X-Upstream-Size"
+	HeaderBodySize  = "X-Upstream-Body-Size"
+	HeaderBodySHA   = "X-Upstream-Body-Sha256"
 	HeaderExecution = "X-Upstream-Execution"
 	HeaderTenant    = "X-Tenant-Id"
 	HeaderKey       = "Idempotency-Key"
@@ -122,6 +128,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRandom(w, status, size)
 		return
 	}
+	if n, err := strconv.ParseInt(r.Header.Get(HeaderBodySize), 10, 64); err == nil && n >= 0 && n <= maxBodySize {
+		writeLarge(w, status, n)
+		return
+	}
 	if r.Header.Get(HeaderBody) == "binary" {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(status)
@@ -191,6 +201,32 @@ func resetConn(w http.ResponseWriter, raw []byte) {
 		_ = tcp.SetLinger(0)
 	}
 	_ = conn.Close()
+}
+
+// maxBodySize bounds X-Upstream-Body-Size.
+const maxBodySize = 1 << 30
+
+// writeLarge streams n random bytes (unique per execution), announcing
+// their SHA-256 in a header; chunked, so nothing downstream knows the size
+// before the end.
+func writeLarge(w http.ResponseWriter, status int, n int64) {
+	body := make([]byte, n)
+	_, _ = rand.Read(body)
+	sum := sha256.Sum256(body)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set(HeaderBodySHA, hex.EncodeToString(sum[:]))
+	w.WriteHeader(status)
+	f, _ := w.(http.Flusher)
+	for len(body) > 0 {
+		c := body[:min(len(body), 64<<10)]
+		if _, err := w.Write(c); err != nil {
+			return
+		}
+		if f != nil {
+			f.Flush()
+		}
+		body = body[len(c):]
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
