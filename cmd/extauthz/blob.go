@@ -9,6 +9,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob/s3blob"
+	"github.com/extauthz/extauthz/pkg/policy"
 )
 
 // blobSetupTimeout bounds the start-up calls to object storage (the
@@ -60,4 +61,22 @@ func newBlobStore(ctx context.Context, cfg Config, log *slog.Logger) (blob.Store
 	log.Info("blob store", "kind", "s3", "bucket", cfg.BlobS3Bucket, "prefix", cfg.BlobS3Prefix,
 		"endpoint", cfg.BlobS3Endpoint, "lifecycle_days", cfg.BlobS3LifecycleDays)
 	return s, nil
+}
+
+// lifecycleWarnings lists routes whose record_ttl outlives the bucket
+// lifecycle rule extauthz installs: their bodies would expire before their
+// records, and replays would answer 503 replay-unavailable.
+func lifecycleWarnings(p *policy.Policy, cfg Config) []string {
+	if cfg.BlobS3Bucket == "" || cfg.BlobS3LifecycleDays <= 0 || p.HTTP == nil {
+		return nil
+	}
+	limit := time.Duration(cfg.BlobS3LifecycleDays) * 24 * time.Hour
+	var out []string
+	for _, r := range p.HTTP.Routes {
+		if id := r.Idempotency; id != nil && id.RecordTTL > limit {
+			out = append(out, fmt.Sprintf("route %q: idempotency.record_ttl %s outlives EXTAUTHZ_BLOB_S3_LIFECYCLE_DAYS=%d: bodies in object storage would expire before their records; raise it to %d",
+				r.Name, id.RecordTTL, cfg.BlobS3LifecycleDays, s3blob.LifecycleDays(id.RecordTTL)))
+		}
+	}
+	return out
 }

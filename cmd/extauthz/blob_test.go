@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/extauthz/extauthz/internal/s3test"
+	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob/s3blob"
 )
 
@@ -51,5 +52,23 @@ func TestNewBlobStore(t *testing.T) {
 	}
 	if none, err := newBlobStore(context.Background(), Config{}, log); none != nil || err != nil {
 		t.Fatalf("no bucket: store %v, err %v; want nil, nil", none, err)
+	}
+}
+
+func TestLifecycleWarnings(t *testing.T) {
+	t.Parallel()
+	p := &policy.Policy{HTTP: &policy.HTTP{Routes: []*policy.Route{
+		{Name: "short", Idempotency: &policy.Idempotency{RecordTTL: 24 * time.Hour}},
+		{Name: "long", Idempotency: &policy.Idempotency{RecordTTL: 50 * time.Hour}},
+		{Name: "plain"},
+	}}}
+	got := lifecycleWarnings(p, Config{BlobS3Bucket: "b", BlobS3LifecycleDays: 1})
+	if len(got) != 1 || !strings.Contains(got[0], `route "long"`) || !strings.Contains(got[0], "raise it to 3") {
+		t.Fatalf("warnings = %q, want one for route long (raise to 3 days)", got)
+	}
+	for _, cfg := range []Config{{BlobS3LifecycleDays: 1}, {BlobS3Bucket: "b"}} {
+		if got := lifecycleWarnings(p, cfg); len(got) != 0 {
+			t.Errorf("%+v: warnings %q, want none (no bucket, or lifecycle not managed)", cfg, got)
+		}
 	}
 }
