@@ -36,6 +36,9 @@ const (
 	// ProblemReplayUnavailable: 503, the request ran before but its stored
 	// reply (in object storage) cannot be sent now; it is never run again.
 	ProblemReplayUnavailable = ProblemTypeBase + "idempotency-replay-unavailable"
+	// ProblemReplayForbidden: 403, from the replay endpoint only: no valid
+	// replay ticket for this request.
+	ProblemReplayForbidden = ProblemTypeBase + "idempotency-replay-forbidden"
 	// ProblemQuotaExceeded: 429, the IANA-registered type of the RateLimit
 	// header fields draft.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"

@@ -49,7 +49,7 @@ const apiReplay = "replay"
 func (h *ReplayHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	t, ok := h.ticket(req)
 	if !ok {
-		writeReply(w, problemReply(Problem{Type: ProblemTypeBase + "idempotency-replay-forbidden",
+		writeReply(w, problemReply(Problem{Type: ProblemReplayForbidden,
 			Title: "Not a valid replay", Status: http.StatusForbidden}))
 		return
 	}
