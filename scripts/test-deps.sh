@@ -4,8 +4,9 @@
 #
 # Shared by `make test` (the README's test command) and .ci/run. What is
 # missing is installed when that can be done (redis-server from Debian
-# packages when running as root; Envoy from the pinned PyPI wheel into a
-# project-local virtualenv); otherwise it stops at once, naming what is
+# packages when running as root; Envoy from the pinned PyPI wheel and moto,
+# the S3-compatible test server, from PyPI, each into a project-local
+# virtualenv); otherwise it stops at once, naming what is
 # missing and the exact command that installs it. One function per
 # dependency: add a new one as ensure_<name> and call it in main.
 set -euo pipefail
@@ -76,16 +77,48 @@ ensure_envoy() {
   ENVOY_BIN="$ENVOY_VENV/bin/envoy"
 }
 
+MOTO_PIP='moto[server]==5.2.5'
+# Where moto is installed when no usable one is found (gitignored).
+MOTO_VENV="${MOTO_VENV:-$PWD/.cache/moto-venv}"
+
+# moto: the S3-compatible server internal/s3test starts for the object
+# storage tests (pkg/idempotency/blob/s3blob, test/e2e). MOTO_SERVER if set,
+# else moto_server on PATH, else the project's venv, else the PyPI package
+# installed there.
+ensure_moto() {
+  if [ -n "${MOTO_SERVER:-}" ]; then
+    [ -x "$MOTO_SERVER" ] && return
+    missing "moto_server (MOTO_SERVER=$MOTO_SERVER is not executable)" "unset MOTO_SERVER"
+  fi
+  local c
+  for c in "$(command -v moto_server || true)" "$MOTO_VENV/bin/moto_server"; do
+    if [ -n "$c" ] && [ -x "$c" ]; then MOTO_SERVER="$c"; return; fi
+  done
+  local install="python3 -m venv $MOTO_VENV && $MOTO_VENV/bin/pip install '$MOTO_PIP'"
+  log "installing $MOTO_PIP into $MOTO_VENV"
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    apt_install python3-venv ||
+      missing "python3 with venv (to install moto)" "sudo apt-get install -y python3-venv && $install"
+  fi
+  python3 -m venv "$MOTO_VENV" || missing "moto (could not create $MOTO_VENV)" "$install"
+  if ! "$MOTO_VENV/bin/pip" install --quiet --disable-pip-version-check --retries 1 --timeout 30 "$MOTO_PIP"; then
+    missing "moto (pip could not install $MOTO_PIP)" "$install"
+  fi
+  MOTO_SERVER="$MOTO_VENV/bin/moto_server"
+}
+
 main() {
   [ $# -gt 0 ] || { echo "usage: $0 CMD [ARG...]" >&2; exit 2; }
   command -v go >/dev/null 2>&1 || missing "go" "see https://go.dev/doc/install (the version in go.mod)"
   ensure_redis
   ensure_envoy
-  export ENVOY_BIN
+  ensure_moto
+  export ENVOY_BIN MOTO_SERVER
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
   log "$(redis-server --version)"
   log "envoy: $("$ENVOY_BIN" --version | tr -s ' \n' ' ')"
+  log "moto: $MOTO_SERVER"
   exec "$@"
 }
 

@@ -101,6 +101,28 @@ type Config struct {
 	IdempotencyWaitReplicas int `envconfig:"IDEMPOTENCY_WAIT_REPLICAS" default:"0"`
 	// IdempotencyWaitTimeout bounds that wait.
 	IdempotencyWaitTimeout time.Duration `envconfig:"IDEMPOTENCY_WAIT_TIMEOUT" default:"20ms"`
+
+	// Object storage for idempotent response bodies above max_body_bytes
+	// (blob.go). Credentials come from the AWS SDK's standard chain:
+	// AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or AWS_WEB_IDENTITY_TOKEN_FILE
+	// with AWS_ROLE_ARN (IRSA), shared files, or the instance role.
+
+	// BlobS3Bucket enables S3-compatible storage of large bodies; empty disables it.
+	BlobS3Bucket string `envconfig:"BLOB_S3_BUCKET" default:""`
+	// BlobS3Endpoint is the server URL for S3-compatible servers (path-style); empty uses AWS.
+	BlobS3Endpoint string `envconfig:"BLOB_S3_ENDPOINT" default:""`
+	// BlobS3Prefix starts every object name.
+	BlobS3Prefix string `envconfig:"BLOB_S3_PREFIX" default:"extauthz/idempotency/"`
+	// BlobS3Region is the bucket's region; empty uses AWS_REGION, then us-east-1.
+	BlobS3Region string `envconfig:"BLOB_S3_REGION" default:""`
+	// BlobS3PartSize is the multipart part size, the memory bound per body being stored (at least 5 MiB).
+	BlobS3PartSize int `envconfig:"BLOB_S3_PART_SIZE" default:"8388608"`
+	// BlobS3LifecycleDays installs a bucket lifecycle rule expiring the prefix after that many days; 0 leaves the bucket's lifecycle alone.
+	BlobS3LifecycleDays int `envconfig:"BLOB_S3_LIFECYCLE_DAYS" default:"1"`
+	// ReplayAddr serves replays of bodies in object storage (replay.go); used only with a bucket.
+	ReplayAddr string `envconfig:"REPLAY_ADDR" default:":9002"`
+	// ReplaySecret signs replay tickets (at least 32 bytes), the same on every replica; empty draws a random one per process (one replica only).
+	ReplaySecret string `envconfig:"REPLAY_SECRET" default:""`
 }
 
 // gRPC message limits: the smallest accepted (64 KiB carries any
@@ -184,7 +206,7 @@ func (c Config) rules() []rule {
 // its value and what it accepts.
 func (c Config) Validate() error {
 	var errs []error
-	for _, r := range c.rules() {
+	for _, r := range append(c.rules(), c.blobRules()...) {
 		if !r.ok {
 			errs = append(errs, fmt.Errorf("EXTAUTHZ_%s=%s: want %s", r.name, quote(r.got), r.want))
 		}

@@ -64,7 +64,7 @@ func (w *watchStream) Context() context.Context { return w.ctx }
 //     (interval × unhealthy_threshold) and endpoint removal to move the
 //     traffic elsewhere: stop accepting, send GOAWAY and let in-flight calls
 //     finish (GracefulStop) for at most the shutdown timeout, then cut them;
-//  3. stop the HTTP server.
+//  3. stop the HTTP server and the replay endpoint.
 //
 // skipDelay (a server already failed) goes straight to step 2.
 func (s *server) shutdown(skipDelay bool) {
@@ -93,5 +93,10 @@ func (s *server) shutdown(skipDelay bool) {
 	defer cancel()
 	if err := s.http.Shutdown(ctx); err != nil {
 		s.http.Close()
+	}
+	if s.replay != nil { // replays in flight finish within the same deadline
+		if err := s.replay.Shutdown(ctx); err != nil {
+			s.replay.Close()
+		}
 	}
 }

@@ -53,6 +53,7 @@ type server struct {
 	health   *healthServer
 	http     *http.Server
 	policy   *policySource
+	replay   *http.Server // nil without object storage
 	store    ratelimit.Store
 	draining atomic.Bool
 	// drainDelay is how long the server keeps serving after SIGTERM with
@@ -89,10 +90,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	services, err := newServices(cfg, store, src, metrics, idem, log)
+	rp, err := newReplay(ctx, cfg, idem, log)
 	if err != nil {
 		return err
 	}
+	defer rp.close(log)
+	services, err := newServices(cfg, store, src, metrics, idem, log, rp.options...)
+	if err != nil {
+		return err
+	}
+	s.replay = rp.server
 	recv, send := cfg.grpcMessageLimits()
 	s.grpc, s.health = newGRPCServer(services, grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
 	s.http = newHTTPServer(s, reg)
@@ -122,14 +129,15 @@ func (l *serviceList) add(s grpcService, err error) {
 
 // newServices builds every gRPC service served. Add a server here with one
 // line: l.add(envoy.NewXxx(...)).
-func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger) ([]grpcService, error) {
+func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger, extra ...envoy.IdempotencyOption) ([]grpcService, error) {
 	var l serviceList
 	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey), envoy.WithRLSLogger(log),
 		envoy.WithGlobalShadowMode(cfg.ShadowMode), envoy.WithGlobalQuotaMode(cfg.QuotaMode),
 		envoy.WithResponseMetadata(cfg.ResponseDynamicMetadata)))
 	timeout := envoy.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
-	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, timeout))
-	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, timeout))
+	opts := append([]envoy.IdempotencyOption{timeout}, extra...)
+	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
+	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err
 }
 
@@ -168,9 +176,18 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 	s.log.Info("http listening", "addr", httpLn.Addr().String())
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Go(func() { errc <- s.grpc.Serve(grpcLn) })
 	wg.Go(func() { errc <- ignoreClosed(s.http.Serve(httpLn)) })
+	if s.replay != nil {
+		replayLn, err := net.Listen("tcp", s.replay.Addr)
+		if err != nil {
+			errc <- fmt.Errorf("replay listen: %w", err)
+		} else {
+			s.log.Info("replay listening", "addr", replayLn.Addr().String())
+			wg.Go(func() { errc <- ignoreClosed(s.replay.Serve(replayLn)) })
+		}
+	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if s.policy.run != nil {
 		wg.Go(func() { s.watch(watchCtx) })

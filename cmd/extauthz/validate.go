@@ -41,6 +41,11 @@ func validateMain(path string, stdout, stderr io.Writer) int {
 	for _, w := range limitWarnings(p, grpcLimits) {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
+	if cfg, err := loadConfig(); err == nil {
+		for _, w := range lifecycleWarnings(p, cfg) {
+			fmt.Fprintln(stderr, "warning: "+w)
+		}
+	}
 	fmt.Fprintln(stdout, summary(p))
 	return 0
 }

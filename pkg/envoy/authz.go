@@ -61,7 +61,7 @@ func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySou
 		return nil, errors.New("envoy: NewAuthz: nil metrics")
 	}
 	o := newIdemOptions(opts)
-	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout}, policies: policies, metrics: metrics}, nil
+	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay}, policies: policies, metrics: metrics}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).
@@ -123,6 +123,9 @@ func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkReq
 	case gateReply:
 		return deniedResponse(codes.PermissionDenied, withHeaders(res.reply, rl))
 	case gateReplay:
+		if res.stored.BodyRef != nil {
+			return s.replayElsewhere(route.Idempotency, res, rl)
+		}
 		rep := replayReply(route.Idempotency, res.stored)
 		if !replayableHere(rep) {
 			// Admit without a lease; ext_proc replays the bytes.
@@ -190,4 +193,24 @@ func deniedResponse(code codes.Code, r *reply) *authv3.CheckResponse {
 		Status:       &rpcstatus.Status{Code: int32(code)},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: d},
 	}
+}
+
+// replayElsewhere admits a replay whose body is in object storage with a
+// replay ticket header: Envoy (clear_route_cache) routes the request to
+// extauthz's replay endpoint, which streams the body. The header replaces
+// any copy the client sent.
+func (s *Authz) replayElsewhere(id *policy.Idempotency, res gateResult, rl []*corev3.HeaderValue) *authv3.CheckResponse {
+	t, bad := s.gate.replayTicket(id, res)
+	if bad != nil {
+		s.gate.events.Count(APIExtAuthz, idempotency.EventUnavailable)
+		return deniedResponse(codes.Unavailable, withHeaders(bad, rl))
+	}
+	s.gate.events.Count(APIExtAuthz, idempotency.EventReplayed)
+	resp := okResponse(rl, nil)
+	ok := resp.GetOkResponse()
+	ok.Headers = append(ok.Headers, &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: HeaderReplayTicket, Value: t},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	})
+	return resp
 }

@@ -101,6 +101,7 @@ type gateResult struct {
 	key    string
 	fp     idempotency.Fingerprint
 	stored idempotency.Response
+	scope  string // gateReplay: the record's scope, for a replay ticket
 }
 
 // gate takes the request-side decision shared by ext_authz and ext_proc.
@@ -108,6 +109,7 @@ type gate struct {
 	store   idempotency.Store
 	events  *IdempotencyMetrics
 	timeout time.Duration // bounds every store call
+	replay  *Replayer     // nil: bodies in object storage cannot be replayed
 }
 
 // applies returns the route's idempotency settings if they apply to method.
@@ -185,7 +187,7 @@ func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency
 		g.events.Count(api, idempotency.EventUnreplayable)
 		return gateResult{kind: gateReply, reply: problemNotReplayable(o.Response.Status)}
 	}
-	return gateResult{kind: gateReplay, stored: o.Response, key: key, fp: fp}
+	return gateResult{kind: gateReplay, stored: o.Response, key: key, fp: fp, scope: scope}
 }
 
 // decide is the whole request-side decision for one request on route.
@@ -233,4 +235,19 @@ func replayReply(id *policy.Idempotency, resp idempotency.Response) *reply {
 	}
 	r.headers = append(r.headers, [2]string{HeaderIdempotentReplayed, "true"})
 	return r
+}
+
+// replayTicket is the gate's answer to a replay whose body is in object
+// storage: a signed ticket for the replay endpoint, or, when replays of
+// such bodies are not configured, a 503 problem (the request ran; it must
+// not run again).
+func (g *gate) replayTicket(id *policy.Idempotency, res gateResult) (string, *reply) {
+	if g.replay == nil {
+		return "", problemReplayUnavailable()
+	}
+	var hs []idempotency.Header
+	if id != nil { // nil: the route vanished since; replay no headers
+		hs = idempotency.ReplayHeaders(res.stored.Headers, id.ReplayHeader)
+	}
+	return g.replay.issue(res.scope, res.key, res.stored, hs), nil
 }

@@ -64,7 +64,7 @@ func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics,
 		return nil, errors.New("envoy: NewExtProc: nil metrics")
 	}
 	o := newIdemOptions(opts)
-	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout}, policies: policies, metrics: metrics, opts: o}, nil
+	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay}, policies: policies, metrics: metrics, opts: o}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).

@@ -122,7 +122,7 @@ func startIdemStore(t *testing.T, yaml string, store idempotency.Store, opts ...
 	if e.events, err = NewIdempotencyMetrics(e.reg); err != nil {
 		t.Fatal(err)
 	}
-	az, err := NewAuthz(e.limits, e.store, src, m, e.events)
+	az, err := NewAuthz(e.limits, e.store, src, m, e.events, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

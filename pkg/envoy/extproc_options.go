@@ -15,6 +15,7 @@ type idemOptions struct {
 	storeTimeout time.Duration
 	maxReqBody   int
 	ticker       func(time.Duration) (<-chan time.Time, func())
+	replay       *Replayer
 	blobs        blob.Store // nil: bodies over max_body_bytes are not kept
 }
 
@@ -85,6 +86,14 @@ func WithRenewTicker(f func(time.Duration) (<-chan time.Time, func())) Idempoten
 			o.ticker = f
 		}
 	}
+}
+
+// WithReplay lets ext_authz and ext_proc replay stored replies whose body is
+// in object storage: they mark the request with a ticket signed by r for
+// the replay endpoint (ReplayHandler) instead of answering it themselves.
+// Without it such a replay is answered 503 (idempotency-replay-unavailable).
+func WithReplay(r *Replayer) IdempotencyOption {
+	return func(o *idemOptions) { o.replay = r }
 }
 
 // complete, release and renew are the store's writes under the timeout.

@@ -56,6 +56,9 @@ func settle(id *policy.Idempotency, status int, hs headerList, details string, d
 
 // responseHeaders settles the lease, or starts capturing the response.
 func (st *procStream) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	if st.replaying {
+		return skipResponseBody()
+	}
 	if st.lease == nil || st.settled {
 		return continueResponseHeaders()
 	}

@@ -33,6 +33,9 @@ type procStream struct {
 	renew   *renewer
 	capture *capture // buffering a response to store
 	settled bool     // the lease was completed, released or left to expire
+
+	ticket    string // a replay ticket to put on the request (replay.go)
+	replaying bool   // the response is a replay from extauthz: never stored
 }
 
 // pendingBegin is a wiring (a) request whose body is still arriving.
@@ -92,9 +95,14 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 		st.s.metrics.Invalid(APIExtProc, "bad_metadata")
 		return continueRequestHeaders()
 	case ok:
-		return requestHeadersReply(st.fromHandoff(hand))
+		return st.requestHeadersReply(st.fromHandoff(hand))
 	case st.modeKnown && st.bodyMode != filterv3.ProcessingMode_BUFFERED:
-		return continueRequestHeaders() // not wiring (a): nothing to decide here
+		// Not wiring (a): nothing to decide here. A ticket means ext_authz
+		// marked the request for replay: its response is not ours to read.
+		// (Only a response without a lease is skipped, so a client copy
+		// that slipped through would change nothing.)
+		st.replaying = hasTicket(h)
+		return continueRequestHeaders()
 	}
 	hs := protoHeaders(h.GetHeaders())
 	method, _ := hs.get(":method")
@@ -117,7 +125,7 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	}
 	p := &pendingBegin{id: id, key: key, req: idemRequest{method: method, path: path, headers: hs, tenant: keyScope(scope, route)}}
 	if h.GetEndOfStream() {
-		return requestHeadersReply(st.begin(p))
+		return st.requestHeadersReply(st.begin(p))
 	}
 	st.pending = p
 	return continueRequestHeaders()
@@ -153,14 +161,20 @@ func (st *procStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRe
 		return continueRequestBody()
 	}
 	st.pending = nil
-	return requestBodyReply(st.begin(p))
+	return st.requestBodyReply(st.begin(p))
 }
 
 // requestTrailers end a body that did not say end_of_stream.
 func (st *procStream) requestTrailers() *extprocv3.ProcessingResponse {
 	if p := st.pending; p != nil {
 		st.pending = nil
-		if r := st.begin(p); r != nil {
+		r := st.begin(p)
+		if r == nil && st.ticket != "" {
+			// A trailers reply cannot re-route the request.
+			st.ticket = ""
+			r = problemReplayUnavailableDetail("The request already ran; its stored reply cannot be replayed to a request with trailers. Resend it without trailers and the same Idempotency-Key: it will not run again.")
+		}
+		if r != nil {
 			return immediate(r, "extauthz_idempotency")
 		}
 	}
@@ -197,7 +211,18 @@ func (st *procStream) apply(res gateResult, id *policy.Idempotency) *reply {
 	case gateReply:
 		return res.reply
 	case gateReplay:
+		if res.stored.BodyRef != nil {
+			t, bad := st.s.gate.replayTicket(id, res)
+			if bad != nil {
+				st.s.gate.events.Count(apiExtProc, idempotency.EventUnavailable)
+				return bad
+			}
+			st.ticket = t
+		}
 		st.s.gate.events.Count(apiExtProc, idempotency.EventReplayed)
+		if st.ticket != "" {
+			return nil
+		}
 		return replayReply(id, res.stored)
 	case gateLease:
 		st.hold(res.lease, id)

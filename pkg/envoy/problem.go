@@ -33,6 +33,12 @@ const (
 	// ProblemUnavailable: 503, the idempotency store is down and the route
 	// fails closed.
 	ProblemUnavailable = ProblemTypeBase + "idempotency-unavailable"
+	// ProblemReplayUnavailable: 503, the request ran before but its stored
+	// reply (in object storage) cannot be sent now; it is never run again.
+	ProblemReplayUnavailable = ProblemTypeBase + "idempotency-replay-unavailable"
+	// ProblemReplayForbidden: 403, from the replay endpoint only: no valid
+	// replay ticket for this request.
+	ProblemReplayForbidden = ProblemTypeBase + "idempotency-replay-forbidden"
 	// ProblemQuotaExceeded: 429, the IANA-registered type of the RateLimit
 	// header fields draft.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -118,6 +124,15 @@ func problemNotReplayable(status int) *reply {
 func problemUnavailable() *reply {
 	return problemReply(Problem{Type: ProblemUnavailable, Title: "Idempotency is temporarily unavailable", Status: 503,
 		Detail: "The request was not run. Retry it with the same Idempotency-Key."}, retryAfter(time.Second))
+}
+
+func problemReplayUnavailable() *reply {
+	return problemReplayUnavailableDetail("The request already ran; its stored reply cannot be sent now. Retry later with the same Idempotency-Key: it will not run again.")
+}
+
+func problemReplayUnavailableDetail(detail string) *reply {
+	return problemReply(Problem{Type: ProblemReplayUnavailable, Title: "The stored reply is unavailable", Status: 503,
+		Detail: detail}, retryAfter(time.Second))
 }
 
 // problemQuotaExceeded is the 429 body; the caller adds the RateLimit and

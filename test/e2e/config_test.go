@@ -68,8 +68,9 @@ func testSpec(config string, strip bool) renderSpec {
 		adminPort:     19901,
 		listenerPorts: map[string]int{listenerName(config): 19000},
 		endpoints: map[string][]string{
-			"extauthz": {"127.0.0.1:19001", "127.0.0.1:19002"},
-			"upstream": {"127.0.0.1:19080"},
+			"extauthz":        {"127.0.0.1:19001", "127.0.0.1:19002"},
+			"extauthz_replay": {"127.0.0.1:19003"},
+			"upstream":        {"127.0.0.1:19080"},
 		},
 		stripFilters: strip,
 	}
@@ -93,8 +94,8 @@ func TestRenderEnvoy(t *testing.T) {
 				t.Fatal(err)
 			}
 			addrs := collect(doc, "socket_address")
-			if len(addrs) != 5 { // admin, listener, 2 extauthz, upstream
-				t.Fatalf("socket addresses: got %d, want 5: %v", len(addrs), addrs)
+			if len(addrs) != 6 { // admin, listener, 2 extauthz, extauthz_replay, upstream
+				t.Fatalf("socket addresses: got %d, want 6: %v", len(addrs), addrs)
 			}
 			for _, a := range addrs {
 				m := a.(map[string]any)

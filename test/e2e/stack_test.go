@@ -59,6 +59,7 @@ type stack struct {
 type replica struct {
 	*proc
 	grpcAddr, httpAddr string
+	replayAddr         string // EXTAUTHZ_REPLAY_ADDR (serves only with a bucket)
 }
 
 // newStack starts a stack and stops it when the test ends; logs of every
@@ -121,9 +122,15 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 		grpcAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))
 	}
 	r := &replica{grpcAddr: grpcAddr, httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))}
+	if i < len(s.replicas) {
+		r.replayAddr = s.replicas[i].replayAddr // Envoy's cluster names it
+	} else {
+		r.replayAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))
+	}
 	env := append([]string{
 		"EXTAUTHZ_GRPC_ADDR=" + r.grpcAddr,
 		"EXTAUTHZ_HTTP_ADDR=" + r.httpAddr,
+		"EXTAUTHZ_REPLAY_ADDR=" + r.replayAddr,
 		"EXTAUTHZ_CONFIG=" + s.opts.policy,
 		"EXTAUTHZ_REDIS_URL=" + s.redis.URL,
 		"EXTAUTHZ_LOG_LEVEL=debug",
@@ -159,7 +166,7 @@ func (s *stack) startEnvoy(extauthzAddrs []string) {
 	spec := renderSpec{
 		adminPort:     admin,
 		listenerPorts: map[string]int{listenerName(s.opts.config): listener},
-		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "upstream": {s.upAddr}},
+		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "extauthz_replay": s.replayAddrs(), "upstream": {s.upAddr}},
 		stripFilters:  s.opts.stripFilters,
 	}
 	if s.opts.eds {
@@ -249,4 +256,17 @@ func httpOK(url string) error {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// replayAddrs are the replicas' replay endpoints, for Envoy's
+// extauthz_replay cluster (a closed port when there are none).
+func (s *stack) replayAddrs() []string {
+	var out []string
+	for _, r := range s.replicas {
+		out = append(out, r.replayAddr)
+	}
+	if len(out) == 0 {
+		out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t))))
+	}
+	return out
 }

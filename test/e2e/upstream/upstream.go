@@ -12,6 +12,8 @@
 //	X-Upstream-Reset: mid-body    send headers and half the body, then reset
 //	X-Upstream-Body: binary       answer application/octet-stream bytes that
 //	                              are not valid UTF-8 (all 256 byte values)
+//	X-Upstream-Size: 2097152      answer that many random bytes with their
+//	                              Content-Length, in 64 KiB writes
 //	X-Upstream-Body-Size: 2097152 answer that many random bytes, streamed in
 //	                              64 KiB chunks without Content-Length; the
 //	                              X-Upstream-Body-Sha256 header is their hash
@@ -26,6 +28,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -39,6 +42,7 @@ const (
 	HeaderDelay     = "X-Upstream-Delay"
 	HeaderReset     = "X-Upstream-Reset"
 	HeaderBody      = "X-Upstream-Body"
+	HeaderSize      = "X-Upstream-Size"
 	HeaderBodySize  = "X-Upstream-Body-Size"
 	HeaderBodySHA   = "X-Upstream-Body-Sha256"
 	HeaderExecution = "X-Upstream-Execution"
@@ -120,6 +124,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderExecution, strconv.Itoa(n))
 	// Never replayed by extauthz's header allow-list.
 	w.Header().Set("Set-Cookie", "session="+randomHex(8))
+	if size, err := strconv.ParseInt(r.Header.Get(HeaderSize), 10, 64); err == nil && size >= 0 && size <= maxSize {
+		writeRandom(w, status, size)
+		return
+	}
 	if n, err := strconv.ParseInt(r.Header.Get(HeaderBodySize), 10, 64); err == nil && n >= 0 && n <= maxBodySize {
 		writeLarge(w, status, n)
 		return
@@ -231,4 +239,27 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// maxSize bounds X-Upstream-Size (the e2e tests go up to 100 MiB + 1).
+const maxSize = 256 << 20
+
+// writeRandom streams size pseudo-random bytes, seeded per execution, in
+// 64 KiB writes: the upstream's memory does not grow with the body.
+func writeRandom(w http.ResponseWriter, status int, size int64) {
+	var seed [32]byte
+	_, _ = rand.Read(seed[:])
+	src := mrand.NewChaCha8(seed)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(status)
+	buf := make([]byte, 64<<10)
+	for size > 0 {
+		n := min(int64(len(buf)), size)
+		_, _ = src.Read(buf[:n])
+		if _, err := w.Write(buf[:n]); err != nil {
+			return
+		}
+		size -= n
+	}
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/idempotency/blob"
+)
+
+// replayDeps is object storage for large bodies: the options that let
+// ext_proc store bodies over max_body_bytes there and ext_authz/ext_proc
+// issue replay tickets, and the HTTP server that honours the tickets. All
+// unset without EXTAUTHZ_BLOB_S3_BUCKET.
+type replayDeps struct {
+	options []envoy.IdempotencyOption
+	server  *http.Server
+	blobs   blob.Store
+}
+
+// newReplay builds the blob store and, with one, the replay endpoint on
+// EXTAUTHZ_REPLAY_ADDR. The replay server has no write timeout: a body of
+// 100 MiB to a slow client takes as long as it takes; Envoy's route
+// timeout bounds it.
+func newReplay(ctx context.Context, cfg Config, idem idempotencyDeps, log *slog.Logger) (replayDeps, error) {
+	blobs, err := newBlobStore(ctx, cfg, log)
+	if err != nil || blobs == nil {
+		return replayDeps{}, err
+	}
+	if cfg.ReplaySecret == "" {
+		log.Warn("EXTAUTHZ_REPLAY_SECRET is empty: replay tickets are signed with a per-process key; with more than one replica, set the same secret on all")
+	}
+	r, err := envoy.NewReplayer([]byte(cfg.ReplaySecret), nil)
+	if err != nil {
+		_ = blobs.Close()
+		return replayDeps{}, err
+	}
+	h, err := envoy.NewReplayHandler(r, blobs, idem.events)
+	if err != nil {
+		_ = blobs.Close()
+		return replayDeps{}, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	srv := &http.Server{Addr: cfg.ReplayAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	opts := []envoy.IdempotencyOption{envoy.WithReplay(r), envoy.WithBlobStore(blobs)}
+	return replayDeps{options: opts, server: srv, blobs: blobs}, nil
+}
+
+func (r replayDeps) close(log *slog.Logger) {
+	if r.blobs == nil {
+		return
+	}
+	if err := r.blobs.Close(); err != nil {
+		log.Error("closing blob store", "err", err)
+	}
+}
