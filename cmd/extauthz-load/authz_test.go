@@ -13,17 +13,20 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 )
 
-// fakeAuthz admits the tenant "k0" and denies others with 429, and counts
-// calls.
+// fakeAuthz fails its first two calls, then admits the tenant "k0" and
+// denies others with 429.
 type fakeAuthz struct {
 	authv3.UnimplementedAuthorizationServer
 	calls atomic.Int64
 }
 
 func (f *fakeAuthz) Check(_ context.Context, r *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	f.calls.Add(1)
+	if f.calls.Add(1) <= 2 {
+		return nil, grpcstatus.Error(codes.Unavailable, "warming up")
+	}
 	if r.GetAttributes().GetRequest().GetHttp().GetHeaders()["x-tenant-id"] == "k0" {
 		return &authv3.CheckResponse{Status: &status.Status{Code: int32(codes.OK)}}, nil
 	}
@@ -36,7 +39,9 @@ func (f *fakeAuthz) Check(_ context.Context, r *authv3.CheckRequest) (*authv3.Ch
 }
 
 // TestAuthzModeWarmsUpUnrecorded: -api authz calls Check with the tenant
-// header, counts 429 as over the limit, and leaves warm-up calls out.
+// header, counts 429 as over the limit, and leaves warm-up calls out: the
+// two failed first calls (one per worker, at the start of the warm-up) are
+// not in the report.
 func TestAuthzModeWarmsUpUnrecorded(t *testing.T) {
 	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,7 +55,7 @@ func TestAuthzModeWarmsUpUnrecorded(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	var out bytes.Buffer
 	err = run([]string{"-addr", lis.Addr().String(), "-api", "authz", "-key", "x-tenant-id", "-keys", "2",
-		"-concurrency", "2", "-warmup", "200ms", "-duration", "200ms", "-json"}, &out)
+		"-concurrency", "2", "-warmup", "300ms", "-duration", "200ms", "-json"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +65,5 @@ func TestAuthzModeWarmsUpUnrecorded(t *testing.T) {
 	}
 	if r.OK == 0 || r.Over == 0 || r.Errors != 0 {
 		t.Fatalf("report %+v, want admitted and 429 calls and no errors", r)
-	}
-	// Warm-up calls (as long as the run) reached the server but are not
-	// in the report: the server saw about twice the reported calls.
-	if f.calls.Load() < r.Requests*3/2 {
-		t.Fatalf("report counts %d calls, server saw %d: warm-up recorded", r.Requests, f.calls.Load())
 	}
 }
