@@ -60,6 +60,9 @@ type Config struct {
 	// MemoryMaxKeys bounds the states the embedded memory store keeps (the
 	// soonest-expiring are evicted beyond it); 0 is unbounded.
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1000000"`
+	// DebugAddr serves Go's pprof profiles (/debug/pprof/); empty (the
+	// default) serves none. Loopback addresses only: see debug.go.
+	DebugAddr string `envconfig:"DEBUG_ADDR" default:""`
 }
 
 // loadConfig reads the EXTAUTHZ_* environment and validates it.
@@ -97,6 +100,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryMaxKeys < 0 {
 		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)
+	}
+	if err := checkDebugAddr(c.DebugAddr); err != nil {
+		bad("DEBUG_ADDR", "%v", err)
 	}
 	if c.FailureMode != "open" && c.FailureMode != "closed" {
 		bad("FAILURE_MODE", "must be open or closed, got %q", c.FailureMode)
