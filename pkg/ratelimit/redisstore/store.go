@@ -121,15 +121,17 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 	return s.runPipelined(ctx, reqs)
 }
 
-// Ping loads the script on every master (a cluster client loads it on all
+// Ping loads the scripts on every master (a cluster client loads it on all
 // shards), which both checks that Redis answers and spares the first
 // decisions the EVAL fallback.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	if err := s.client.ScriptLoad(ctx, decideSrc).Err(); err != nil {
-		return fmt.Errorf("redisstore: load script: %w", err)
+	for _, sc := range allScripts() {
+		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			return fmt.Errorf("redisstore: load script: %w", err)
+		}
 	}
 	return nil
 }
