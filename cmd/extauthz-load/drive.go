@@ -20,18 +20,42 @@ type tally struct {
 	firstErr         error
 }
 
+// outcome is how the service answered one call.
+type outcome int
+
+const (
+	outcomeOK outcome = iota
+	outcomeOver
+	outcomeOther
+)
+
+// caller makes call number i (its key is i modulo -keys).
+type caller func(ctx context.Context, i int) (outcome, error)
+
 // drive runs cfg.concurrency workers over one shared connection (as Envoy
-// multiplexes calls over HTTP/2) until cfg.duration has passed.
+// multiplexes calls over HTTP/2) for cfg.warmup unrecorded, then until
+// cfg.duration has passed.
 func drive(ctx context.Context, cfg config) (report, error) {
 	conn, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return report{}, fmt.Errorf("dial %s: %w", cfg.addr, err)
 	}
 	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	reqs := buildRequests(cfg)
+	call := rlsCaller(conn, cfg)
+	if cfg.api == apiAuthz {
+		call = authzCaller(conn, cfg)
+	}
+	if cfg.warmup > 0 {
+		if _, err := runFor(ctx, cfg, cfg.warmup, call); err != nil {
+			return report{}, err
+		}
+	}
+	return runFor(ctx, cfg, cfg.duration, call)
+}
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+// runFor runs the workers for d and summarizes what they measured.
+func runFor(ctx context.Context, cfg config, d time.Duration, call caller) (report, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tallies := make([]tally, cfg.concurrency)
 	var wg sync.WaitGroup
@@ -40,24 +64,23 @@ func drive(ctx context.Context, cfg config) (report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			work(ctx, client, reqs, w, cfg, &tallies[w])
+			work(ctx, call, w, cfg, &tallies[w])
 		}()
 	}
 	wg.Wait()
 	return summarize(tallies, time.Since(start)), nil
 }
 
-// work calls until ctx ends, walking the request list from its own offset.
-func work(ctx context.Context, c rlsv3.RateLimitServiceClient, reqs []*rlsv3.RateLimitRequest, w int, cfg config, t *tally) {
-	i := w * len(reqs) / cfg.concurrency
+// work calls until ctx ends, walking the keys from its own offset.
+func work(ctx context.Context, call caller, w int, cfg config, t *tally) {
+	i := w * cfg.keys / cfg.concurrency
 	for ctx.Err() == nil {
-		req := reqs[i%len(reqs)]
-		i++
 		callCtx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 		begin := time.Now()
-		resp, err := c.ShouldRateLimit(callCtx, req)
+		got, err := call(callCtx, i)
 		took := time.Since(begin)
 		cancel()
+		i++
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -67,17 +90,32 @@ func work(ctx context.Context, c rlsv3.RateLimitServiceClient, reqs []*rlsv3.Rat
 			if t.firstErr == nil {
 				t.firstErr = err
 			}
-		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+		case got == outcomeOver:
 			t.over++
-		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+		case got == outcomeOK:
 			t.ok++
 		default:
 			t.failed++
-			if t.firstErr == nil {
-				t.firstErr = fmt.Errorf("overall_code %s", resp.GetOverallCode())
-			}
 		}
 		t.latencies = append(t.latencies, took)
+	}
+}
+
+// rlsCaller calls ShouldRateLimit with one descriptor per key.
+func rlsCaller(conn grpc.ClientConnInterface, cfg config) caller {
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	reqs := buildRequests(cfg)
+	return func(ctx context.Context, i int) (outcome, error) {
+		resp, err := c.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+		switch {
+		case err != nil:
+			return outcomeOther, err
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+			return outcomeOver, nil
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+			return outcomeOK, nil
+		}
+		return outcomeOther, fmt.Errorf("overall_code %s", resp.GetOverallCode())
 	}
 }
 

@@ -3,6 +3,9 @@
 // concurrency for a bounded duration and prints throughput, latency
 // percentiles and the count of OK, OVER_LIMIT and failed calls.
 //
+// With -api authz it calls ext_authz Check instead (HTTP GET, the -key
+// header taking one of -keys values). -warmup runs calls first, unrecorded.
+//
 // Each call carries one descriptor whose last entry takes one of -keys
 // distinct values, picked round-robin per worker, so -keys 1 is one hot key
 // and -keys 10000 spreads the load:
@@ -58,6 +61,9 @@ type config struct {
 	concurrency int
 	duration    time.Duration
 	timeout     time.Duration
+	warmup      time.Duration
+	api         string
+	path        string
 	jsonOut     bool
 }
 
@@ -74,6 +80,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.concurrency, "concurrency", 16, "concurrent callers")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run (at most 10m)")
 	fs.DurationVar(&c.timeout, "timeout", time.Second, "deadline of each call")
+	fs.DurationVar(&c.warmup, "warmup", 0, "calls made before the measured run, not recorded (at most 10m)")
+	fs.StringVar(&c.api, "api", apiRLS, "rls: ShouldRateLimit; authz: ext_authz Check of GET -path with header -key set to one of -keys values")
+	fs.StringVar(&c.path, "path", "/bench", "request path for -api authz")
 	fs.BoolVar(&c.jsonOut, "json", false, "print one JSON object instead of text")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -89,6 +98,10 @@ func parseFlags(args []string) (config, error) {
 		err = errors.New("-concurrency must be between 1 and 10000")
 	case c.duration <= 0 || c.duration > maxDuration:
 		err = fmt.Errorf("-duration must be in (0, %s]", maxDuration)
+	case c.warmup < 0 || c.warmup > maxDuration:
+		err = fmt.Errorf("-warmup must be in [0, %s]", maxDuration)
+	case c.api != apiRLS && c.api != apiAuthz:
+		err = fmt.Errorf("-api must be %s or %s", apiRLS, apiAuthz)
 	case c.timeout <= 0:
 		err = errors.New("-timeout must be positive")
 	case c.keyName == "" || c.domain == "":

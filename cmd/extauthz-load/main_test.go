@@ -94,6 +94,8 @@ func TestFlagsAreBounded(t *testing.T) {
 		{"-concurrency", "0"},
 		{"-entries", "novalue"},
 		{"-timeout", "-1s"},
+		{"-warmup", "-1s"},
+		{"-api", "grpc"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)

@@ -123,6 +123,9 @@ type Config struct {
 	ReplayAddr string `envconfig:"REPLAY_ADDR" default:":9002"`
 	// ReplaySecret signs replay tickets (at least 32 bytes), the same on every replica; empty draws a random one per process (one replica only).
 	ReplaySecret string `envconfig:"REPLAY_SECRET" default:""`
+	// DebugAddr serves Go's pprof profiles (/debug/pprof/); empty (the
+	// default) serves none. Loopback addresses only: see debug.go.
+	DebugAddr string `envconfig:"DEBUG_ADDR" default:""`
 }
 
 // gRPC message limits: the smallest accepted (64 KiB carries any
@@ -176,6 +179,7 @@ func (c Config) rules() []rule {
 		{"GRPC_ADDR", "host:port with a port 0-65535, e.g. :9001", c.GRPCAddr, validAddr(c.GRPCAddr)},
 		{"HTTP_ADDR", "host:port with a port 0-65535, e.g. :9090", c.HTTPAddr, validAddr(c.HTTPAddr)},
 		{"LOG_LEVEL", "debug, info, warn or error", c.LogLevel, validLevel(c.LogLevel)},
+		{"DEBUG_ADDR", "empty (off) or a loopback host:port, e.g. 127.0.0.1:6060", c.DebugAddr, checkDebugAddr(c.DebugAddr) == nil},
 		{"DRAIN_DELAY", "a duration of 0 (stop accepting at once) or more, e.g. 10s", c.DrainDelay, c.DrainDelay >= 0},
 		{"SHUTDOWN_TIMEOUT", "a duration above 0, e.g. 10s", c.ShutdownTimeout, c.ShutdownTimeout > 0},
 		{"REDIS_URL", "empty, or redis://[user:password@]host:port[/db] or rediss://...", redactURL(c.RedisURL), c.validRedisURL()},

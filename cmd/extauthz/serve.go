@@ -103,6 +103,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	recv, send := cfg.grpcMessageLimits()
 	s.grpc, s.health = newGRPCServer(services, grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
 	s.http = newHTTPServer(s, reg)
+	if cfg.DebugAddr != "" {
+		stopDebug, err := startDebug(cfg.DebugAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
 

@@ -39,7 +39,13 @@ local function ms(us) return fmt(max(floor((us + 999) / 1000), ttlFloor)) end
 
 -- Each decider returns {allowed, limit, remaining, reset, retry} and a
 -- function that charges the hits, called only when every limit admits.
+-- deciders[code] is the decider of an algorithm code (algCodes in script.go).
+-- Each decider sits between "-- >>> alg NAME" and "-- <<< alg NAME" lines:
+-- script.go also builds one script per algorithm by dropping the others'
+-- blocks, so Redis does not build four closures per call to use one.
+local deciders = {}
 
+-- >>> alg gcra
 -- gcra: one string, the theoretical arrival time (TAT) in microseconds.
 local function gcra(key, r, p, b)
   if b == 0 then b = r end
@@ -59,6 +65,8 @@ local function gcra(key, r, p, b)
     redis.call('SET', key, fmt(newTat), 'PX', ms(newTat - now))
   end
 end
+deciders[1] = gcra
+-- <<< alg gcra
 
 -- The window algorithms keep a hash: F_WINDOW = index of the counted window
 -- (floor(now / period)), F_COUNT = its hits, F_PREV = the previous window's
@@ -75,6 +83,7 @@ local function windowOf(stored, p)
   return now, w
 end
 
+-- >>> alg fixed_window
 -- fixed_window: hits counted per window aligned to the epoch.
 local function fixedWindow(key, r, p)
   local got = redis.call('HMGET', key, F_WINDOW, F_COUNT)
@@ -88,10 +97,15 @@ local function fixedWindow(key, r, p)
   end
   return {1, r, r - c - hits, windowEnd - at, 0}, function()
     redis.call('HSET', key, F_WINDOW, fmt(w), F_COUNT, fmt(c + hits))
-    redis.call('PEXPIRE', key, ms(windowEnd - now))
+    -- The window's first charge sets the expiry at its end; later charges
+    -- in the same window would set the same instant again.
+    if c == 0 then redis.call('PEXPIRE', key, ms(windowEnd - now)) end
   end
 end
+deciders[4] = fixedWindow
+-- <<< alg fixed_window
 
+-- >>> alg sliding_window
 -- sliding_window: the current window's count plus the previous one's,
 -- weighted by how much of it the rolling window still overlaps.
 local function slidingWindow(key, r, p)
@@ -127,7 +141,10 @@ local function slidingWindow(key, r, p)
     redis.call('PEXPIRE', key, ms((w + 2) * p - now))
   end
 end
+deciders[3] = slidingWindow
+-- <<< alg sliding_window
 
+-- >>> alg sliding_log
 -- sliding_log: a sorted set of admitted hits scored by their time; members
 -- "<now>:<index>" are unique without any global counter.
 local function slidingLog(key, r, p)
@@ -167,9 +184,8 @@ local function slidingLog(key, r, p)
     redis.call('PEXPIRE', key, ms(resetAfter))
   end
 end
-
--- Codes: keep in step with algGCRA... in script.go.
-local deciders = {gcra, slidingLog, slidingWindow, fixedWindow}
+deciders[2] = slidingLog
+-- <<< alg sliding_log
 
 local out = {1}
 local charges = {}

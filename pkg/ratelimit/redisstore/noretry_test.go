@@ -14,7 +14,7 @@ import (
 )
 
 // slowReplies is a TCP proxy to addr that forwards requests at once and,
-// once *delay is set, holds the next reply that long: to a client with a
+// once *delay is set, holds the next script reply that long: to a client with a
 // shorter read timeout that reply is lost after the script ran, while a
 // retry on a new connection would go through.
 func slowReplies(t *testing.T, addr string, delay *atomic.Int64) string {
@@ -50,7 +50,11 @@ func proxyConn(c net.Conn, addr string, delay *atomic.Int64) {
 		if err != nil {
 			return
 		}
-		time.Sleep(time.Duration(delay.Swap(0))) // one reply only
+		// One script reply only: arrays. A new connection's HELLO reply
+		// (a map) passes.
+		if buf[0] == '*' {
+			time.Sleep(time.Duration(delay.Swap(0)))
+		}
 		if _, err := c.Write(buf[:n]); err != nil {
 			return
 		}

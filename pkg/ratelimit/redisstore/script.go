@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,11 +19,73 @@ import (
 //go:embed decide.lua
 var decideSrc string
 
-// decideSHA is the SHA-1 of decide.lua, the name EVALSHA runs it by.
-var decideSHA = func() string {
-	sum := sha1.Sum([]byte(decideSrc))
-	return hex.EncodeToString(sum[:])
+// script is Lua source and the SHA-1 that EVALSHA runs it by.
+type script struct{ src, sha string }
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// decideAll is decide.lua whole: it decides a request whose limits mix
+// algorithms.
+var decideAll = newScript(decideSrc)
+
+// decideOnly holds, per algorithm code, decide.lua without the other
+// algorithms' deciders: the script of a request whose limits all use that
+// algorithm (the common case, one limit). Redis then builds one decider's
+// closures per call instead of four, about a quarter less time per call.
+var decideOnly = func() map[int]script {
+	m := make(map[int]script, len(algCodes))
+	for alg, code := range algCodes {
+		m[code] = newScript(onlyAlgorithm(decideSrc, string(alg)))
+	}
+	return m
 }()
+
+// onlyAlgorithm drops from src every block between "-- >>> alg NAME" and
+// "-- <<< alg NAME" lines whose NAME is not keep.
+func onlyAlgorithm(src, keep string) string {
+	var b strings.Builder
+	skipping := false
+	for _, line := range strings.SplitAfter(src, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if name, ok := strings.CutPrefix(trimmed, "-- >>> alg "); ok && name != keep {
+			skipping = true
+		}
+		if !skipping {
+			b.WriteString(line)
+		}
+		if name, ok := strings.CutPrefix(trimmed, "-- <<< alg "); ok && name != keep {
+			skipping = false
+		}
+	}
+	return b.String()
+}
+
+// scriptFor picks the script for a request from its ARGV: the
+// single-algorithm script when every limit shares one algorithm.
+func scriptFor(args []any) script {
+	code, _ := args[argFirstLimit].(int)
+	for i := argFirstLimit + limitArgs; i < len(args); i += limitArgs {
+		if c, _ := args[i].(int); c != code {
+			return decideAll
+		}
+	}
+	if s, ok := decideOnly[code]; ok {
+		return s
+	}
+	return decideAll
+}
+
+// allScripts is every script the store may run, for loading up front.
+func allScripts() []script {
+	out := []script{decideAll}
+	for _, s := range decideOnly {
+		out = append(out, s)
+	}
+	return out
+}
 
 // noRetryCmd is a script call that go-redis must never re-send on its own.
 // A call whose reply was lost (a read timeout, a dropped connection) may
@@ -34,13 +97,15 @@ type noRetryCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis not to retry the command.
 func (noRetryCmd) NoRetry() bool { return true }
 
-// decideCmd builds EVALSHA (sha) or EVAL of decide.lua for one request.
+// decideCmd builds EVALSHA (sha) or EVAL of the request's script (see
+// scriptFor).
 func decideCmd(ctx context.Context, sha bool, keys []string, args []any) noRetryCmd {
+	sc := scriptFor(args)
 	a := make([]any, 0, 3+len(keys)+len(args))
 	if sha {
-		a = append(a, "evalsha", decideSHA)
+		a = append(a, "evalsha", sc.sha)
 	} else {
-		a = append(a, "eval", decideSrc)
+		a = append(a, "eval", sc.src)
 	}
 	a = append(a, len(keys))
 	for _, k := range keys {

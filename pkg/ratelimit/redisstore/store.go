@@ -6,7 +6,9 @@
 // them or none, sets a TTL on every key it writes, and touches only keys under
 // the request's hash tag: the same script runs on a standalone server and on
 // a cluster. A batch is one pipeline, which go-redis splits per cluster node:
-// one round trip per node involved.
+// one round trip per node involved. Concurrent calls to one node share
+// round trips: while one is in flight the next decisions queue and leave
+// together as one pipeline (coalesce.go).
 //
 // The answers are those of the in-process algorithms in package ratelimit,
 // computed in integer microseconds.
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -46,6 +49,10 @@ type Options struct {
 	// Prefix starts every key, followed by ":rl:". Default "xa". It must not
 	// contain '{' or '}', which would move the hash tag.
 	Prefix string
+	// MaxBatch bounds the decisions sent to one node in one pipeline while
+	// coalescing (see coalesce.go); default DefaultMaxBatch. 1 turns
+	// coalescing off: every request goes out on its own at once.
+	MaxBatch int
 }
 
 // Store is a ratelimit.Store on Redis. It is safe for concurrent use.
@@ -53,6 +60,10 @@ type Store struct {
 	client Client
 	prefix string
 	closed atomic.Bool
+	// maxBatch and lanes drive coalescing; lanes maps a node (its
+	// *redis.Client, or nil) to its *lane.
+	maxBatch int
+	lanes    sync.Map
 	// now, when set (tests only), gives the script a fixed instant in
 	// microseconds instead of Redis's TIME.
 	now func() int64
@@ -73,7 +84,13 @@ func New(client Client, opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix)
 	}
-	return &Store{client: client, prefix: opts.Prefix}, nil
+	if opts.MaxBatch < 0 {
+		return nil, fmt.Errorf("redisstore: MaxBatch %d must not be negative", opts.MaxBatch)
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	return &Store{client: client, prefix: opts.Prefix, maxBatch: opts.MaxBatch}, nil
 }
 
 // Allow decides one limit for one key.
@@ -82,7 +99,8 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 }
 
 // AllowBatch decides each request atomically (all its limits or none),
-// in one pipeline: one round trip per Redis node involved.
+// in one pipeline: one round trip per Redis node involved. Concurrent
+// calls share round trips (see coalesce.go).
 func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	if s.closed.Load() {
 		return nil, ratelimit.ErrClosed
@@ -92,24 +110,28 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
 	}
-	switch len(reqs) {
-	case 0:
+	switch {
+	case len(reqs) == 0:
 		return []ratelimit.Decision{}, nil
-	case 1:
+	case s.maxBatch > 1:
+		return s.allowCoalesced(ctx, reqs)
+	case len(reqs) == 1:
 		return s.runOne(ctx, reqs[0])
 	}
 	return s.runPipelined(ctx, reqs)
 }
 
-// Ping loads the script on every master (a cluster client loads it on all
+// Ping loads the scripts on every master (a cluster client loads it on all
 // shards), which both checks that Redis answers and spares the first
 // decisions the EVAL fallback.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	if err := s.client.ScriptLoad(ctx, decideSrc).Err(); err != nil {
-		return fmt.Errorf("redisstore: load script: %w", err)
+	for _, sc := range allScripts() {
+		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			return fmt.Errorf("redisstore: load script: %w", err)
+		}
 	}
 	return nil
 }

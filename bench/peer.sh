@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# bench/peer.sh: extauthz against envoyproxy/ratelimit on the same Redis,
+# with the same load tool, in alternating runs.
+#
+# Starts one redis-server on a free loopback port (never 6379), builds
+# envoyproxy/ratelimit from the source checkout in PEER_SRC (this script never
+# downloads it; see docs/benchmarks-redis.md for how to get one), builds
+# extauthz and extauthz-load, and runs, for each concurrency and each round,
+# one run per service in a rotating order:
+#   peer    envoyproxy/ratelimit, default settings (no local cache), Redis
+#   xa      extauthz on Redis, fixed_window (the peer's algorithm)
+#   xagcra  extauthz on Redis, gcra (same process, another domain)
+#   xamem   extauthz with its in-process memory store
+#   base    extauthz built from git ref BASELINE, on Redis (only if set)
+# Each run: ShouldRateLimit with one descriptor over one gRPC connection,
+# 10,000 keys, a limit never reached, a warm-up run then a measured run.
+# CPU of the server and of Redis comes from /proc/<pid>/stat (utime+stime)
+# around the measured run. Then ext_authz Check with one HTTP limit on
+# Redis (xa, and base if set).
+#
+# Prints the raw rows and the ratio table, writes the rows to
+# $OUT.tsv and the chart to $OUT.png (matplotlib; PLOT_PYTHON names a python
+# that has it, else a throwaway venv under /tmp is made with pip).
+#
+# Usage: PEER_SRC=/tmp/ratelimit bench/peer.sh
+#        PEER_SRC=/tmp/ratelimit BASELINE=c75c11d ROUNDS=1 CONCS="1 64" bench/peer.sh
+# Variables (defaults): CONCS ("1 2 4 8 16 32 64 128"), ROUNDS (2),
+#   DURATION (8s), WARMUP (1s), KEYS (10000), CHECK_CONCS ("1 16 64"),
+#   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer).
+# Needs: go, redis-server, redis-cli, curl, jq, python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+: "${PEER_SRC:?set PEER_SRC to a source checkout of github.com/envoyproxy/ratelimit}"
+CONCS=${CONCS:-"1 2 4 8 16 32 64 128"}
+ROUNDS=${ROUNDS:-2}
+DURATION=${DURATION:-8s}
+WARMUP=${WARMUP:-1s}
+KEYS=${KEYS:-10000}
+CHECK_CONCS=${CHECK_CONCS:-"1 16 64"}
+GCRA_CONCS=${GCRA_CONCS:-"1 16 64"}
+OUT=${OUT:-docs/benchmarks-redis-peer}
+BASELINE=${BASELINE:-}
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+
+echo "building (peer from $PEER_SRC)..." >&2
+(cd "$PEER_SRC" && go build -o "$work/peer" ./src/service_cmd)
+go build -o "$work/extauthz" ./cmd/extauthz
+go build -o "$work/extauthz-load" ./cmd/extauthz-load
+if [ -n "$BASELINE" ]; then
+	mkdir "$work/base-src"
+	git archive "$BASELINE" | tar -x -C "$work/base-src"
+	(cd "$work/base-src" && go build -o "$work/extauthz-base" ./cmd/extauthz)
+fi
+
+rport=$(freeport)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+	--logfile "$work/redis.log" &
+rpid=$!
+pids+=("$rpid")
+for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+# One policy for extauthz: two RLS domains and one HTTP route.
+mkdir -p "$work/policy"
+cat >"$work/policy/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window}
+YAML
+cat >"$work/policy/bench_gcra.yaml" <<'YAML'
+domain: bench_gcra
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: gcra}
+YAML
+cat >"$work/policy/http.yaml" <<'YAML'
+http:
+  tenant: {header: x-tenant-id}
+  routes:
+    - name: bench
+      path_prefix: /
+      rate_limits:
+        - {requests_per_unit: 1000000000, unit: second, algorithm: fixed_window, name: bench}
+YAML
+# The same limit for the peer (its file format).
+mkdir -p "$work/peer-rt/ratelimit/config"
+cat >"$work/peer-rt/ratelimit/config/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+YAML
+
+# waitready URL NAME: polls a readiness URL.
+waitready() {
+	for _ in $(seq 150); do
+		curl -fsS "$1" >/dev/null 2>&1 && return
+		sleep 0.1
+	done
+	echo "$2 not ready" >&2
+	cat "$work/$2.log" >&2
+	exit 1
+}
+
+# start_extauthz NAME BINARY ENV...: sets addr_NAME and pid_NAME.
+start_extauthz() {
+	local name=$1 bin=$2 gport hport
+	shift 2
+	gport=$(freeport)
+	hport=$(freeport)
+	env EXTAUTHZ_GRPC_ADDR="127.0.0.1:$gport" EXTAUTHZ_HTTP_ADDR="127.0.0.1:$hport" \
+		EXTAUTHZ_CONFIG="$work/policy" EXTAUTHZ_LOG_LEVEL=warn "$@" "$bin" 2>"$work/$name.log" &
+	pids+=($!)
+	printf -v "pid_$name" %s $!
+	printf -v "addr_$name" %s "127.0.0.1:$gport"
+	waitready "http://127.0.0.1:$hport/readyz" "$name"
+}
+
+start_peer() {
+	local gport hport dport
+	gport=$(freeport)
+	hport=$(freeport)
+	dport=$(freeport)
+	env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$rport" \
+		RUNTIME_ROOT="$work/peer-rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+		HOST=127.0.0.1 PORT="$hport" GRPC_HOST=127.0.0.1 GRPC_PORT="$gport" \
+		DEBUG_HOST=127.0.0.1 DEBUG_PORT="$dport" "$work/peer" 2>"$work/peer.log" &
+	pids+=($!)
+	pid_peer=$!
+	addr_peer="127.0.0.1:$gport"
+	waitready "http://127.0.0.1:$hport/healthcheck" peer
+}
+
+redis_env=(EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport")
+start_peer
+start_extauthz xa "$work/extauthz" "${redis_env[@]}"
+start_extauthz xamem "$work/extauthz"
+services=(peer xa xamem)
+if [ -n "$BASELINE" ]; then
+	start_extauthz base "$work/extauthz-base" "${redis_env[@]}"
+	services+=(base)
+fi
+pid_xagcra=$pid_xa
+addr_xagcra=$addr_xa
+
+# run SERVICE API CONC ROUND: a warm-up run, then a measured run; appends
+# one row to $work/rows.tsv.
+run() {
+	local svc=$1 api=$2 conc=$3 round=$4 pid addr domain=bench key=user x0 r0 x1 r1 out
+	pid=pid_$svc addr=addr_$svc
+	pid=${!pid} addr=${!addr}
+	[ "$svc" = xagcra ] && domain=bench_gcra
+	[ "$api" = authz ] && key=x-tenant-id
+	local args=(-addr "$addr" -api "$api" -domain "$domain" -key "$key" -keys "$KEYS" -concurrency "$conc")
+	"$work/extauthz-load" "${args[@]}" -duration "$WARMUP" >/dev/null
+	x0=$(cputicks "$pid")
+	r0=$(cputicks "$rpid")
+	out=$("$work/extauthz-load" "${args[@]}" -duration "$DURATION" -json)
+	x1=$(cputicks "$pid")
+	r1=$(cputicks "$rpid")
+	jq -r --arg svc "$svc" --arg api "$api" --arg conc "$conc" --arg round "$round" \
+		--argjson x "$((x1 - x0))" --argjson r "$((r1 - r0))" --argjson hz "$hz" \
+		--arg load "$(cut -d' ' -f1 /proc/loadavg)" '
+		[$round, $api, $svc, $conc, (.requests_per_second | floor), (.p50_ns / 1000 | floor),
+		 (.p99_ns / 1000 | floor), .ok, .over_limit, .errors,
+		 (if .requests > 0 then ($x * 1e6 / $hz / .requests * 10 | floor) / 10 else 0 end),
+		 (if .requests > 0 then ($r * 1e6 / $hz / .requests * 10 | floor) / 10 else 0 end), $load] | @tsv' \
+		<<<"$out" | tee -a "$work/rows.tsv" >&2
+}
+
+echo "Machine: $(nproc) CPUs, $(uname -sr), redis $(redis-server --version | awk '{print $3}'), peer $(git -C "$PEER_SRC" rev-parse --short HEAD 2>/dev/null || echo '?'), extauthz $(git rev-parse --short HEAD)${BASELINE:+, baseline $BASELINE}"
+echo "uptime at start: $(uptime)"
+echo "Runs: $WARMUP warm-up + $DURATION measured, $KEYS keys, one connection; rounds: $ROUNDS"
+printf 'round\tapi\tservice\tconcurrency\trps\tp50_us\tp99_us\tok\tover\terrors\tserver_cpu_us\tredis_cpu_us\tload1\n' >"$work/rows.tsv"
+echo "(rows as they come: round api service concurrency rps p50 p99 ok over errors server-CPU/req Redis-CPU/req load1)" >&2
+for round in $(seq "$ROUNDS"); do
+	for conc in $CONCS; do
+		# Rotate the order each round and concurrency: no service always first.
+		n=${#services[@]}
+		shift_by=$(((round + conc) % n))
+		for i in $(seq 0 $((n - 1))); do
+			run "${services[$(((i + shift_by) % n))]}" rls "$conc" "$round"
+		done
+	done
+	for conc in $GCRA_CONCS; do run xagcra rls "$conc" "$round"; done
+	for conc in $CHECK_CONCS; do
+		run xa authz "$conc" "$round"
+		[ -n "$BASELINE" ] && run base authz "$conc" "$round"
+	done
+done
+echo "uptime at end: $(uptime)"
+
+mkdir -p "$(dirname "$OUT")"
+cp "$work/rows.tsv" "$OUT.tsv"
+if [ -z "${PLOT_PYTHON:-}" ]; then
+	PLOT_PYTHON=/tmp/extauthz-plot-venv/bin/python
+	if ! "$PLOT_PYTHON" -c 'import matplotlib' 2>/dev/null; then
+		python3 -m venv /tmp/extauthz-plot-venv
+		/tmp/extauthz-plot-venv/bin/pip install -q matplotlib
+	fi
+fi
+"$PLOT_PYTHON" bench/peer_report.py "$OUT.tsv" "$OUT.png"
+echo
+echo "rows: $OUT.tsv, chart: $OUT.png"

@@ -1,0 +1,126 @@
+"""Tables and chart for bench/peer.sh.
+
+Usage: python peer_report.py ROWS.tsv CHART.png
+
+Reads the rows peer.sh wrote (one per run), takes the median over rounds of
+each figure per (api, service, concurrency), prints Markdown tables (figures
+and ratios against envoyproxy/ratelimit), and draws throughput and p99
+against concurrency for every RLS service. Needs matplotlib for the chart.
+"""
+
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+NAMES = {
+    "peer": "envoyproxy/ratelimit (Redis)",
+    "xa": "extauthz (Redis, fixed_window)",
+    "xagcra": "extauthz (Redis, gcra)",
+    "xamem": "extauthz (memory store)",
+    "base": "extauthz baseline (Redis, fixed_window)",
+}
+FIELDS = ["rps", "p50_us", "p99_us", "server_cpu_us", "redis_cpu_us", "load1"]
+
+
+def load(path):
+    runs = defaultdict(list)
+    with open(path) as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            runs[(row["api"], row["service"], int(row["concurrency"]))].append(row)
+    med = {}
+    for key, rows in runs.items():
+        m = {k: statistics.median(float(r[k]) for r in rows) for k in FIELDS}
+        m["errors"] = sum(int(r["errors"]) + int(r["over"]) for r in rows)
+        m["cpu"] = m["server_cpu_us"] + m["redis_cpu_us"]
+        m["runs"] = len(rows)
+        med[key] = m
+    return med
+
+
+def figures(med, api, services):
+    print(f"| service ({api}) | concurrency | req/s | p50 µs | p99 µs | server CPU µs/req "
+          "| Redis CPU µs/req | total CPU µs/req | not OK | load1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for svc in services:
+        for (a, s, c), m in sorted(med.items(), key=lambda kv: kv[0][2]):
+            if a == api and s == svc:
+                print(f"| {svc} | {c} | {m['rps']:,.0f} | {m['p50_us']:.0f} | {m['p99_us']:.0f} "
+                      f"| {m['server_cpu_us']:.1f} | {m['redis_cpu_us']:.1f} | {m['cpu']:.1f} "
+                      f"| {m['errors']} | {m['load1']:.2f} |")
+    print()
+
+
+def ratios(med, svc, ref):
+    concs = sorted(c for (a, s, c) in med if a == "rls" and s == svc and ("rls", ref, c) in med)
+    if not concs:
+        return
+    print(f"Ratios {svc} / {ref} (RLS, medians):")
+    print()
+    print("| concurrency | throughput | p50 | p99 | server CPU/req | Redis CPU/req | server+Redis CPU/req |")
+    print("|---|---|---|---|---|---|---|")
+    for c in concs:
+        x, p = med[("rls", svc, c)], med[("rls", ref, c)]
+
+        def r(k):
+            return f"{x[k] / p[k]:.2f}×" if p[k] else "–"
+
+        print(f"| {c} | {r('rps')} | {r('p50_us')} | {r('p99_us')} | {r('server_cpu_us')} "
+              f"| {r('redis_cpu_us')} | {r('cpu')} |")
+    print()
+
+
+def chart(med, png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    styles = {"peer": ("tab:red", "o"), "xa": ("tab:blue", "s"), "xamem": ("tab:green", "^"),
+              "base": ("tab:gray", "x")}
+    for svc, (color, marker) in styles.items():
+        pts = sorted((c, m) for (a, s, c), m in med.items() if a == "rls" and s == svc)
+        if len(pts) < 2:
+            continue
+        cs = [c for c, _ in pts]
+        ax1.plot(cs, [m["rps"] for _, m in pts], color=color, marker=marker, label=NAMES[svc])
+        ax2.plot(cs, [m["p99_us"] / 1000 for _, m in pts], color=color, marker=marker, label=NAMES[svc])
+    concs = sorted({c for (a, _, c) in med if a == "rls"})
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(concs, [str(c) for c in concs])
+        ax.minorticks_off()
+        ax.set_xlabel("concurrent calls (one gRPC connection)")
+        ax.grid(True, which="both", alpha=0.3)
+    ax1.set_ylabel("decisions per second")
+    ax1.set_ylim(bottom=0)
+    ax1.set_title("Throughput (higher is better)")
+    ax2.set_yscale("log")
+    ax2.set_ylabel("p99 latency (ms, log scale)")
+    ax2.set_title("p99 latency (lower is better)")
+    ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax1.legend(loc="upper left", fontsize=8)
+    load = statistics.median(m["load1"] for m in med.values())
+    fig.suptitle("ShouldRateLimit, one descriptor, 10,000 keys, limit never reached; "
+                 f"medians of alternating runs, 2 cores, median load average {load:.1f}")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main():
+    rows, png = sys.argv[1], sys.argv[2]
+    med = load(rows)
+    services = [s for s in NAMES if any(k[1] == s for k in med)]
+    figures(med, "rls", services)
+    ratios(med, "xa", "peer")
+    ratios(med, "xagcra", "peer")
+    ratios(med, "base", "peer")
+    ratios(med, "xa", "base")
+    if any(k[0] == "authz" for k in med):
+        figures(med, "authz", [s for s in ("xa", "base") if ("authz", s) in {(k[0], k[1]) for k in med}])
+    chart(med, png)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// DefaultMaxBatch bounds how many decisions go out in one pipeline when
+// Options.MaxBatch is 0.
+const DefaultMaxBatch = 128
+
+// Coalescing: while one round trip to a Redis node is in flight, the
+// decisions for that node wait in its lane; when the round trip returns,
+// they leave together as one pipeline (one write, one read) instead of one
+// EVALSHA each. There is no timer: an idle lane sends a decision at once,
+// so a lone call pays nothing, and the batches grow only with concurrency.
+// Every decision keeps its own script, its own reply and its own error; a
+// command is never sent twice, and a decision whose context ends while it
+// waits is not sent at all.
+
+// lane queues the decisions bound for one Redis node.
+type lane struct {
+	mu    sync.Mutex
+	busy  bool // a round trip is in flight
+	queue []*call
+}
+
+// call is one request's trip through a lane.
+type call struct {
+	ctx   context.Context
+	keys  []string
+	args  []any
+	state atomic.Int32 // callQueued, then callSent or callAbandoned
+	done  chan struct{}
+	// Set before done is closed.
+	dec ratelimit.Decision
+	err error
+	// limits is the request's limit count, to check the reply's shape.
+	limits int
+}
+
+const (
+	callQueued int32 = iota
+	callSent
+	callAbandoned
+)
+
+// masterForKeyer is how a cluster client names the node of a key's slot.
+type masterForKeyer interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// allowCoalesced decides reqs through the lanes of their nodes and waits
+// for every answer. reqs are valid.
+func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	now := s.fixedNow()
+	calls := make([]*call, len(reqs))
+	for i, r := range reqs {
+		calls[i] = &call{
+			ctx: ctx, keys: requestKeys(s.prefix, r), args: scriptArgs(r, now),
+			done: make(chan struct{}), limits: len(r.Limits),
+		}
+	}
+	// Group by lane first, so one caller's calls to a node leave together.
+	var lanes []*lane
+	var groups [][]*call
+	for _, c := range calls {
+		l := s.laneOf(ctx, c.keys[0])
+		i := slices.Index(lanes, l)
+		if i < 0 {
+			i = len(lanes)
+			lanes, groups = append(lanes, l), append(groups, nil)
+		}
+		groups[i] = append(groups[i], c)
+	}
+	// An idle lane's first batch holds only this caller's calls, bound by
+	// its own context: fly the last from here, the others alongside.
+	for i, l := range lanes {
+		batch := s.enqueue(l, groups[i])
+		switch {
+		case batch == nil:
+		case i == len(lanes)-1:
+			s.fly(l, batch)
+		default:
+			go s.fly(l, batch)
+		}
+	}
+	out := make([]ratelimit.Decision, len(reqs))
+	for i, c := range calls {
+		if err := c.wait(); err != nil {
+			if len(reqs) > 1 {
+				return nil, fmt.Errorf("redisstore: request %d: %w", i, err)
+			}
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		out[i] = c.dec
+	}
+	return out, nil
+}
+
+// wait returns once the call has its answer or its context ends. A call
+// abandoned before it was sent is never sent; one already sent may have
+// run, as with any command whose reply is lost.
+func (c *call) wait() error {
+	select {
+	case <-c.done:
+		return c.err
+	case <-c.ctx.Done():
+		c.state.CompareAndSwap(callQueued, callAbandoned)
+		return c.ctx.Err()
+	}
+}
+
+// laneOf returns the lane of the node that serves key: one lane per master
+// on a cluster, a single lane otherwise. A cluster whose layout cannot be
+// read yet shares one lane; the cluster pipeline still routes each command.
+func (s *Store) laneOf(ctx context.Context, key string) *lane {
+	var node any
+	if mk, ok := s.client.(masterForKeyer); ok {
+		if c, err := mk.MasterForKey(ctx, key); err == nil {
+			node = c
+		}
+	}
+	if l, ok := s.lanes.Load(node); ok {
+		return l.(*lane)
+	}
+	l, _ := s.lanes.LoadOrStore(node, &lane{})
+	return l.(*lane)
+}
+
+// enqueue queues calls on l. When no round trip is in flight there, it
+// marks one started and returns the batch for the caller to fly.
+func (s *Store) enqueue(l *lane, calls []*call) []*call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queue = append(l.queue, calls...)
+	if l.busy {
+		return nil
+	}
+	l.busy = true
+	return l.take(s.maxBatch)
+}
+
+// take removes up to max calls from the head of the queue. l.mu is held.
+func (l *lane) take(max int) []*call {
+	n := min(len(l.queue), max)
+	batch := make([]*call, n)
+	copy(batch, l.queue)
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	return batch
+}
+
+// fly sends batch, answers its calls, then hands what queued meanwhile to a
+// new goroutine, so the caller that flew returns without waiting for it.
+func (s *Store) fly(l *lane, batch []*call) {
+	s.send(batch)
+	l.mu.Lock()
+	if len(l.queue) == 0 {
+		l.busy = false
+		l.mu.Unlock()
+		return
+	}
+	next := l.take(s.maxBatch)
+	l.mu.Unlock()
+	go s.fly(l, next)
+}
+
+// send runs the batch's live calls in one round trip (one pipeline, or one
+// command when alone) and answers each.
+func (s *Store) send(batch []*call) {
+	live := batch[:0:0]
+	for _, c := range batch {
+		if c.ctx.Err() == nil && c.state.CompareAndSwap(callQueued, callSent) {
+			live = append(live, c)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		c := live[0]
+		cmd := s.runScript(c.ctx, c.keys, c.args)
+		c.answer(cmd.Result())
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	keys := make([][]string, len(live))
+	args := make([][]any, len(live))
+	for i, c := range live {
+		keys[i], args[i] = c.keys, c.args
+	}
+	for i, cmd := range s.runPipeline(ctx, keys, args) {
+		live[i].answer(cmd.Result())
+	}
+}
+
+// answer parses the reply and wakes the caller.
+func (c *call) answer(v any, err error) {
+	if err == nil {
+		c.dec, c.err = parseReply(v, c.limits)
+	} else {
+		c.err = err
+	}
+	close(c.done)
+}
+
+// batchContext bounds a pipeline by the latest deadline among its calls, so
+// no call's own deadline is cut short by another's; each caller still
+// stops waiting at its own deadline. Cancellation is not inherited: one
+// caller giving up must not fail the others' commands.
+func batchContext(calls []*call) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(c.ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+}
+
+// runScript runs one request with EVALSHA, falling back to EVAL on NOSCRIPT
+// (which means the script did not run, so sending it again is safe).
+func (s *Store) runScript(ctx context.Context, keys []string, args []any) noRetryCmd {
+	cmd := decideCmd(ctx, true, keys, args)
+	err := s.client.Process(ctx, cmd)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = decideCmd(ctx, false, keys, args)
+		_ = s.client.Process(ctx, cmd) // the error is on cmd
+	}
+	return cmd
+}
+
+// runPipeline sends every request as EVALSHA in one pipeline; those a node
+// answers NOSCRIPT (an empty script cache after a restart or failover) are
+// sent again with EVAL, which loads the script there.
+func (s *Store) runPipeline(ctx context.Context, keys [][]string, args [][]any) []noRetryCmd {
+	cmds := s.pipeline(ctx, true, keys, args, allIndexes(len(keys)))
+	var missing []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		retried := s.pipeline(ctx, false, keys, args, missing)
+		for j, i := range missing {
+			cmds[i] = retried[j]
+		}
+	}
+	return cmds
+}

@@ -1,0 +1,37 @@
+package redisstore
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// TestSingleAlgorithmScripts: a request whose limits share one algorithm
+// runs a script holding only that algorithm's decider; a request that mixes
+// algorithms runs decide.lua whole.
+func TestSingleAlgorithmScripts(t *testing.T) {
+	t.Parallel()
+	deciderOf := map[ratelimit.Algorithm]string{
+		ratelimit.GCRA: "local function gcra(", ratelimit.FixedWindow: "local function fixedWindow(",
+		ratelimit.SlidingWindow: "local function slidingWindow(", ratelimit.SlidingLog: "local function slidingLog(",
+	}
+	for alg := range algCodes {
+		req := ratelimit.Request{Key: "k", Hits: 1, Limits: []ratelimit.Limit{
+			limitFor(alg, 10, time.Minute), limitFor(alg, 100, time.Hour),
+		}}
+		sc := scriptFor(scriptArgs(req, 0))
+		for other, decl := range deciderOf {
+			if got, want := strings.Contains(sc.src, decl), other == alg; got != want {
+				t.Errorf("%s script holds %s: %v, want %v", alg, other, got, want)
+			}
+		}
+	}
+	mixed := ratelimit.Request{Key: "k", Hits: 1, Limits: []ratelimit.Limit{
+		limitFor(ratelimit.GCRA, 10, time.Minute), limitFor(ratelimit.FixedWindow, 100, time.Hour),
+	}}
+	if sc := scriptFor(scriptArgs(mixed, 0)); sc.sha != decideAll.sha {
+		t.Errorf("mixed request runs a single-algorithm script")
+	}
+}
