@@ -30,8 +30,9 @@ func TestRedisIdempotencyStoreIsGuarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	rb := &redisBacked{client: client}
-	deps, err := newIdempotency(Config{KeyPrefix: "xa"}, rb, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rb := &redisBacked{client: client, events: newRedisEvents(log, false)}
+	deps, err := newIdempotency(Config{KeyPrefix: "xa"}, rb, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,12 +62,20 @@ type masterForKeyer interface {
 // for every answer. reqs are valid.
 func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	now := s.fixedNow()
+	if len(reqs) == 1 { // the common case, without the grouping's slices
+		c := s.newCall(ctx, reqs[0], now)
+		l := s.laneOf(ctx, c.keys[0])
+		if batch := s.enqueue(l, c); batch != nil {
+			s.fly(l, batch)
+		}
+		if err := c.wait(); err != nil {
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		return []ratelimit.Decision{c.dec}, nil
+	}
 	calls := make([]*call, len(reqs))
 	for i, r := range reqs {
-		calls[i] = &call{
-			ctx: ctx, keys: requestKeys(s.prefix, r), args: scriptArgs(r, now),
-			done: make(chan struct{}), limits: len(r.Limits),
-		}
+		calls[i] = s.newCall(ctx, r, now)
 	}
 	// Group by lane first, so one caller's calls to a node leave together.
 	var lanes []*lane
@@ -84,7 +92,7 @@ func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([
 	// An idle lane's first batch holds only this caller's calls, bound by
 	// its own context: fly the last from here, the others alongside.
 	for i, l := range lanes {
-		batch := s.enqueue(l, groups[i])
+		batch := s.enqueue(l, groups[i]...)
 		switch {
 		case batch == nil:
 		case i == len(lanes)-1:
@@ -96,14 +104,18 @@ func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, c := range calls {
 		if err := c.wait(); err != nil {
-			if len(reqs) > 1 {
-				return nil, fmt.Errorf("redisstore: request %d: %w", i, err)
-			}
-			return nil, fmt.Errorf("redisstore: %w", err)
+			return nil, fmt.Errorf("redisstore: request %d: %w", i, err)
 		}
 		out[i] = c.dec
 	}
 	return out, nil
+}
+
+func (s *Store) newCall(ctx context.Context, r ratelimit.Request, now int64) *call {
+	return &call{
+		ctx: ctx, keys: requestKeys(s.prefix, r), args: scriptArgs(r, now),
+		done: make(chan struct{}), limits: len(r.Limits),
+	}
 }
 
 // wait returns once the call has its answer or its context ends. A call
@@ -138,7 +150,7 @@ func (s *Store) laneOf(ctx context.Context, key string) *lane {
 
 // enqueue queues calls on l. When no round trip is in flight there, it
 // marks one started and returns the batch for the caller to fly.
-func (s *Store) enqueue(l *lane, calls []*call) []*call {
+func (s *Store) enqueue(l *lane, calls ...*call) []*call {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.queue = append(l.queue, calls...)
