@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -46,5 +47,20 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 				t.Errorf("stderr %q shows the URL's password", stderr)
 			}
 		})
+	}
+}
+
+// TestListenerErrorNamesTheVariable: an address in use stops the process
+// with an error naming the variable that chose it.
+func TestListenerErrorNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	code, _, stderr := runBinary(t, []string{"EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=" + ln.Addr().String()})
+	if code != 1 || !strings.Contains(stderr, `EXTAUTHZ_HTTP_ADDR=\"`+ln.Addr().String()) {
+		t.Errorf("HTTP address in use: exit %d, stderr %q; want 1 naming EXTAUTHZ_HTTP_ADDR", code, stderr)
 	}
 }
