@@ -33,6 +33,10 @@ type Config struct {
 	RedisCluster bool `envconfig:"REDIS_CLUSTER" default:"false"`
 	// RedisPoolSize is the connection pool size per node; 0 is go-redis's default.
 	RedisPoolSize int `envconfig:"REDIS_POOL_SIZE" default:"0"`
+	// RedisMaxBatch > 1 coalesces concurrent decisions per Redis node into
+	// pipelines of at most that many (redisstore.Options.MaxBatch); 1, the
+	// default (and 0), sends each decision on its own (docs/benchmarks-redis.md).
+	RedisMaxBatch int `envconfig:"REDIS_MAX_BATCH" default:"1"`
 	// RedisDialTimeout bounds connecting to Redis.
 	RedisDialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT" default:"200ms"`
 	// RedisReadTimeout bounds one Redis read.
@@ -100,6 +104,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryMaxKeys < 0 {
 		bad("MEMORY_MAX_KEYS", "must not be negative, got %d", c.MemoryMaxKeys)
+	}
+	if c.RedisMaxBatch < 0 {
+		bad("REDIS_MAX_BATCH", "must not be negative, got %d", c.RedisMaxBatch)
 	}
 	if err := checkDebugAddr(c.DebugAddr); err != nil {
 		bad("DEBUG_ADDR", "%v", err)
