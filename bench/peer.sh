@@ -26,7 +26,8 @@
 #        PEER_SRC=/tmp/ratelimit BASELINE=c75c11d ROUNDS=1 CONCS="1 64" bench/peer.sh
 # Variables (defaults): CONCS ("1 2 4 8 16 32 64 128"), ROUNDS (2),
 #   DURATION (8s), WARMUP (1s), KEYS (10000), CHECK_CONCS ("1 16 64"),
-#   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer).
+#   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer), MAX_BATCH (128,
+#   extauthz's EXTAUTHZ_REDIS_MAX_BATCH for xa; the baseline predates it).
 # Needs: go, redis-server, redis-cli, curl, jq, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -147,7 +148,8 @@ start_peer() {
 
 redis_env=(EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport")
 start_peer
-start_extauthz xa "$work/extauthz" "${redis_env[@]}"
+# Coalescing (EXTAUTHZ_REDIS_MAX_BATCH, off by default) is what xa measures.
+start_extauthz xa "$work/extauthz" "${redis_env[@]}" EXTAUTHZ_REDIS_MAX_BATCH="${MAX_BATCH:-128}"
 start_extauthz xamem "$work/extauthz"
 services=(peer xa xamem)
 if [ -n "$BASELINE" ]; then

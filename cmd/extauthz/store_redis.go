@@ -54,7 +54,7 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 
 // redisStack wraps the Redis store in the failure mode and the local cache.
 func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps, events *redisEvents) (ratelimit.Store, error) {
-	rs, err := redisstore.New(client, redisstore.Options{Prefix: cfg.KeyPrefix})
+	rs, err := redisstore.New(client, redisstore.Options{Prefix: cfg.KeyPrefix, MaxBatch: max(cfg.RedisMaxBatch, 1)})
 	if err != nil {
 		return nil, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
 	}
