@@ -102,7 +102,8 @@ func exercise(t *testing.T, p *proc) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrlv3.RateLimitDescriptor{{
-		Entries: []*commonrlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}},
+		// A rule of examples/policy/edge.yaml, so that per-rule series exist.
+		Entries: []*commonrlv3.RateLimitDescriptor_Entry{{Key: "no_api_key", Value: "true"}, {Key: "remote_address", Value: "10.0.0.1"}},
 	}}}
 	if _, err := client.ShouldRateLimit(ctx, req); err != nil {
 		t.Fatalf("ShouldRateLimit: %v", err)
