@@ -74,7 +74,8 @@ func (s *ExtProc) Register(r grpc.ServiceRegistrar) {
 
 // Process handles one HTTP request's stream: one reply per message, until
 // Envoy closes the stream. A stream that ends before the response settled
-// a held lease leaves the lease to its TTL (the outcome is unknown).
+// a held lease completes it as not replayable (finish): the request may
+// have reached the upstream, so a retry must never run it again.
 func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	st := newProcStream(s, stream.Context())
 	defer st.finish()
