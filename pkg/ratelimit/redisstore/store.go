@@ -172,19 +172,7 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 	for i, r := range reqs {
 		keys[i], args[i] = requestKeys(s.prefix, r), scriptArgs(r, now)
 	}
-	cmds := s.pipeline(ctx, true, keys, args, allIndexes(len(reqs)))
-	var missing []int
-	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			missing = append(missing, i)
-		}
-	}
-	if len(missing) > 0 {
-		retried := s.pipeline(ctx, false, keys, args, missing)
-		for j, i := range missing {
-			cmds[i] = retried[j]
-		}
-	}
+	cmds := s.runPipeline(ctx, keys, args) // coalesce.go
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, c := range cmds {
 		v, err := c.Result()
