@@ -17,7 +17,13 @@ func TestExtProcRenewsTheLeaseOfASlowUpstream(t *testing.T) {
 	s, _ := e.postA(t, "/orders/1", "acme", "slow", []byte("{}"))
 	e.clock.Advance(25 * time.Second)
 	e.ticks <- e.clock.Now() // renew at t0+25s: the lease now ends at t0+55s
-	e.ticks <- e.clock.Now() // returns once the first renewal is done
+	// Wait for that renewal before moving the clock: a renewal still in
+	// flight when the clock moves would extend the lease from t0+50s.
+	// Unrenewed, a duplicate now sees 5s left; renewed, 30s.
+	waitRetryAfter(t, func() []string {
+		_, ir := e.postA(t, "/orders/1", "acme", "slow", []byte("{}"))
+		return irHeader(ir, "retry-after")
+	}, "30")
 	e.clock.Advance(25 * time.Second)
 	_, ir := e.postA(t, "/orders/1", "acme", "slow", []byte("{}"))
 	wantProblemIR(t, ir, 409, ProblemInProgress)
@@ -27,6 +33,19 @@ func TestExtProcRenewsTheLeaseOfASlowUpstream(t *testing.T) {
 	s.upstream(201, []byte("slow but done"), viaUpstream, 0)
 	_, ir = e.postA(t, "/orders/1", "acme", "slow", []byte("{}"))
 	wantReplayIR(t, ir, 201, []byte("slow but done"))
+}
+
+// waitRetryAfter polls dup until it answers Retry-After want (a goroutine
+// of the server reaching a state), failing after 10s.
+func waitRetryAfter(t *testing.T, dup func() []string, want string) {
+	t.Helper()
+	var got []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if got = dup(); len(got) == 1 && got[0] == want {
+			return
+		}
+	}
+	t.Fatalf("Retry-After %v, want [%s]", got, want)
 }
 
 // Fencing through ext_proc: a request whose lease expired and was taken by
