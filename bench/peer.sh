@@ -44,18 +44,7 @@ GCRA_CONCS=${GCRA_CONCS:-"1 16 64"}
 OUT=${OUT:-docs/benchmarks-redis-peer}
 BASELINE=${BASELINE:-}
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
+. bench/lib.sh # work, pids, cleanup, freeport, cputicks, hz
 
 echo "building (peer from $PEER_SRC)..." >&2
 (cd "$PEER_SRC" && go build -o "$work/peer" ./src/service_cmd)

@@ -22,18 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
+. bench/lib.sh # work, pids, cleanup, freeport, cputicks, hz
 
 go build -o "$work/extauthz" ./cmd/extauthz
 go build -o "$work/extauthz-load" ./cmd/extauthz-load

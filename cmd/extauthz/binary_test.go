@@ -224,16 +224,23 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	p.waitCleanExit(t, 10*time.Second, "after SIGTERM")
+	t.Logf("stopped %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+}
+
+// waitCleanExit fails t unless the process exits with status 0 within d
+// (since describes when the wait started, for the message).
+func (p *proc) waitCleanExit(t *testing.T, d time.Duration, since string) {
+	t.Helper()
 	select {
 	case err := <-p.exited:
 		p.exited <- err
 		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Logs())
+			t.Fatalf("exit %s: %v\n%s", since, err, p.Logs())
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("still running 10s after SIGTERM (shutdown timeout 5s)\n%s", p.Logs())
+	case <-time.After(d):
+		t.Fatalf("still running %s %s (shutdown timeout 5s)\n%s", d, since, p.Logs())
 	}
-	t.Logf("stopped %s after SIGTERM", time.Since(start).Round(time.Millisecond))
 }
 
 func listServices(t *testing.T, ctx context.Context, conn *grpc.ClientConn) string {

@@ -77,15 +77,7 @@ func TestBinaryDrainsOnSIGTERM(t *testing.T) {
 	}
 	closed := time.Now()
 	_ = inflight.CloseSend()
-	select {
-	case err := <-p.exited:
-		p.exited <- err
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Logs())
-		}
-	case <-time.After(4 * time.Second):
-		t.Fatalf("still running 4s after the last call ended (shutdown timeout 5s)\n%s", p.Logs())
-	}
+	p.waitCleanExit(t, 4*time.Second, "after the last call ended")
 	t.Logf("NOT_SERVING after %v, stopped accepting after %v, exited %v after the last call", notServing.Round(time.Millisecond), stopped.Round(time.Millisecond), time.Since(closed).Round(time.Millisecond))
 }
 
