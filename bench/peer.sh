@@ -137,7 +137,7 @@ start_peer() {
 
 redis_env=(EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport")
 start_peer
-# Coalescing (EXTAUTHZ_REDIS_MAX_BATCH, off by default) is what xa measures.
+# Coalescing (EXTAUTHZ_REDIS_MAX_BATCH, default 128) is what xa measures.
 start_extauthz xa "$work/extauthz" "${redis_env[@]}" EXTAUTHZ_REDIS_MAX_BATCH="${MAX_BATCH:-128}"
 start_extauthz xamem "$work/extauthz"
 services=(peer xa xamem)

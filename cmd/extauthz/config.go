@@ -54,9 +54,9 @@ type Config struct {
 	// RedisPoolSize is the connection pool size per node; 0 is go-redis's default.
 	RedisPoolSize int `envconfig:"REDIS_POOL_SIZE" default:"0"`
 	// RedisMaxBatch > 1 coalesces concurrent decisions per Redis node into
-	// pipelines of at most that many (redisstore.Options.MaxBatch); 1, the
-	// default (and 0), sends each decision on its own (docs/benchmarks-redis.md).
-	RedisMaxBatch int `envconfig:"REDIS_MAX_BATCH" default:"1"`
+	// pipelines of at most that many (redisstore.Options.MaxBatch); 1 (and 0)
+	// sends each decision on its own (docs/benchmarks-redis.md).
+	RedisMaxBatch int `envconfig:"REDIS_MAX_BATCH" default:"128"`
 	// RedisDialTimeout bounds connecting to Redis.
 	RedisDialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT" default:"200ms"`
 	// RedisReadTimeout bounds one Redis read.

@@ -42,7 +42,7 @@ func noFallbacks(t *testing.T, procs []*proc) {
 		_, body := p.get(t, "/metrics")
 		for _, line := range strings.Split(body, "\n") {
 			if strings.HasPrefix(line, "extauthz_redis_fallback_decisions_total{") && !strings.HasSuffix(line, " 0") {
-				t.Errorf("a process fell back to its in-process store: %s", line)
+				t.Errorf("a process fell back to its in-process store: %s\nits log:\n%s", line, p.Logs())
 			}
 		}
 	}

@@ -54,6 +54,12 @@ const (
 // attempts 100 ms apart, which would hold every call for half a second while
 // Redis is down. A failed call is the caller's to handle (see package
 // failover).
+//
+// Pipelines (the store's coalesced decisions) run on the main pool, not on
+// go-redis's separate pipeline pool: that pool never pre-dials, so the first
+// pipeline of every process would dial a new connection in the middle of a
+// burst, and coalescing keeps at most one round trip per node in flight, so
+// a second pool buys nothing.
 func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 	tlsConf, err := o.tlsConfig()
 	if err != nil {
@@ -65,6 +71,7 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("%w: URL: %w", ErrClientConfig, err)
 		}
 		opts.PoolSize, opts.MaxRetries, opts.DialerRetries = o.PoolSize, -1, 1
+		opts.PipelinePoolSize = -1
 		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.timeouts()
 		opts.ContextTimeoutEnabled = true
 		opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)
@@ -75,6 +82,7 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("%w: URL: %w", ErrClientConfig, err)
 	}
 	opts.PoolSize, opts.MaxRetries, opts.DialerRetries = o.PoolSize, -1, 1
+	opts.PipelinePoolSize = -1
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.timeouts()
 	opts.ContextTimeoutEnabled = true
 	opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +67,32 @@ func TestNewClientTLS(t *testing.T) {
 	tc := c.(*redis.Client).Options().TLSConfig
 	if tc == nil || !tc.InsecureSkipVerify || tc.ServerName != "redis.example" {
 		t.Fatalf("TLS config %+v", tc)
+	}
+}
+
+// TestPipelinesShareTheWarmPool: a pipeline after a command reuses the
+// connection that command dialed, instead of dialing a second one from a
+// separate pipeline pool in the middle of a burst.
+func TestPipelinesShareTheWarmPool(t *testing.T) {
+	srv, admin := standalone(t)
+	c, err := NewClient(ClientOptions{URL: srv.URL, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Ping(ctx)
+		p.Ping(ctx)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// admin's own connection plus ours.
+	if n := len(strings.Split(strings.TrimSpace(admin.ClientList(ctx).Val()), "\n")); n != 2 {
+		t.Fatalf("Redis sees %d client connections, want 2 (admin and one shared by commands and pipelines):\n%s", n, admin.ClientList(ctx).Val())
 	}
 }
