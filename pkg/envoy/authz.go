@@ -168,16 +168,26 @@ func withHeaders(r *reply, hs []*corev3.HeaderValue) *reply {
 // okResponse admits the request, adding hs to the eventual response and
 // md to the request's dynamic metadata.
 func okResponse(hs []*corev3.HeaderValue, md *structpb.Struct) *authv3.CheckResponse {
-	ok := &authv3.OkHttpResponse{}
-	for _, h := range hs {
-		ok.ResponseHeadersToAdd = append(ok.ResponseHeadersToAdd, &corev3.HeaderValueOption{
-			Header: h, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	// The response's fixed messages in one allocation, its header options
+	// in another.
+	a := &struct {
+		resp   authv3.CheckResponse
+		status rpcstatus.Status
+		oneof  authv3.CheckResponse_OkResponse
+		ok     authv3.OkHttpResponse
+	}{}
+	if len(hs) > 0 {
+		opts := make([]corev3.HeaderValueOption, len(hs))
+		a.ok.ResponseHeadersToAdd = make([]*corev3.HeaderValueOption, len(hs))
+		for i, h := range hs {
+			opts[i].Header, opts[i].AppendAction = h, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+			a.ok.ResponseHeadersToAdd[i] = &opts[i]
+		}
 	}
-	return &authv3.CheckResponse{
-		Status:          &rpcstatus.Status{Code: int32(codes.OK)},
-		HttpResponse:    &authv3.CheckResponse_OkResponse{OkResponse: ok},
-		DynamicMetadata: md,
-	}
+	a.status.Code = int32(codes.OK)
+	a.oneof.OkResponse = &a.ok
+	a.resp.Status, a.resp.HttpResponse, a.resp.DynamicMetadata = &a.status, &a.oneof, md
+	return &a.resp
 }
 
 // deniedResponse answers the client with r instead of the upstream.

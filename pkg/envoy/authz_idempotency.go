@@ -3,7 +3,7 @@ package envoy
 import (
 	"context"
 	"errors"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,7 +67,7 @@ func headersFromMap(m map[string]string) headerList {
 	for k, v := range m {
 		h = append(h, idempotency.Header{Name: strings.ToLower(k), Value: v})
 	}
-	sort.Slice(h, func(i, j int) bool { return h[i].Name < h[j].Name })
+	slices.SortFunc(h, func(a, b idempotency.Header) int { return strings.Compare(a.Name, b.Name) })
 	return h
 }
 

@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -37,24 +36,28 @@ type quota struct {
 // until it would admit it again. Over the limit, Retry-After carries the
 // longest wait among the denying descriptors, in seconds rounded up.
 func rateLimitHeaders(qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
-	var hs []*corev3.HeaderValue
+	var f fields
 	if len(qs) > 0 {
-		policies := make([]string, 0, len(qs))
-		states := make([]string, 0, len(qs))
+		f.begin(len(qs))
 		for _, q := range qs {
-			name := sfString(q.name)
-			policies = append(policies, name+";q="+itoa(q.quota)+";w="+itoa(max(ceilSeconds(q.window), 1)))
-			states = append(states, name+";r="+itoa(q.remaining)+";t="+itoa(ceilSeconds(q.reset)))
+			f.item()
+			f.buf = appendSFString(f.buf, q.name)
+			f.buf = appendParam(f.buf, ";q=", q.quota)
+			f.buf = appendParam(f.buf, ";w=", max(ceilSeconds(q.window), 1))
+			f.end()
 		}
-		hs = append(hs,
-			&corev3.HeaderValue{Key: HeaderRateLimitPolicy, Value: strings.Join(dedupe(policies), ", ")},
-			&corev3.HeaderValue{Key: HeaderRateLimit, Value: strings.Join(dedupe(states), ", ")},
-		)
+		f.field(HeaderRateLimitPolicy)
+		for _, q := range qs {
+			f.item()
+			f.buf = appendSFString(f.buf, q.name)
+			f.buf = appendParam(f.buf, ";r=", q.remaining)
+			f.buf = appendParam(f.buf, ";t=", ceilSeconds(q.reset))
+			f.end()
+		}
+		f.field(HeaderRateLimit)
 	}
-	if over {
-		hs = append(hs, &corev3.HeaderValue{Key: HeaderRetryAfter, Value: itoa(ceilSeconds(retry))})
-	}
-	return hs
+	f.retryAfter(over, retry)
+	return f.headers()
 }
 
 // maxSFInteger is the largest Structured Field Integer (RFC 9651 §3.3.1:
@@ -64,40 +67,127 @@ func rateLimitHeaders(qs []quota, over bool, retry time.Duration) []*corev3.Head
 const maxSFInteger = 999_999_999_999_999
 
 // itoa renders n as a non-negative sf-integer, clamped to its range.
-func itoa(n int64) string { return strconv.FormatInt(min(max(n, 0), maxSFInteger), 10) }
+func itoa(n int64) string { return string(appendInt(nil, n)) }
+
+// appendInt appends n as a non-negative sf-integer, clamped to its range.
+func appendInt(b []byte, n int64) []byte {
+	return strconv.AppendInt(b, min(max(n, 0), maxSFInteger), 10)
+}
+
+// appendParam appends a parameter (its ";name=" prefix given) with an
+// sf-integer value.
+func appendParam(b []byte, prefix string, n int64) []byte {
+	return appendInt(append(b, prefix...), n)
+}
 
 // sfString renders s as a Structured Field string (RFC 9651 §3.3.3): only
 // printable ASCII is allowed, so anything else becomes '_', and '"' and
 // '\' are escaped.
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+func sfString(s string) string { return string(appendSFString(nil, s)) }
+
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_')
+			b = append(b, '_')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }
 
-// dedupe drops repeated items, keeping the first of each.
-func dedupe(items []string) []string {
-	seen := make(map[string]bool, len(items))
-	out := items[:0]
-	for _, s := range items {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
+// fields renders the header fields of one answer into a single buffer,
+// which becomes one string that every value is a slice of: the response
+// headers of a decision cost a handful of allocations, not one per item
+// and parameter. A field is a Structured Field List whose identical items
+// are sent once, or (Retry-After) a bare integer. A fields lives on the
+// caller's stack: its bookkeeping is in arrays, not slices.
+type fields struct {
+	buf   []byte
+	n     int       // fields done
+	keys  [4]string // the most one answer has: draft-03's trio and Retry-After
+	ends  [4]int    // where each field's value ends in buf
+	start int       // where the current field's value starts
+	at    int       // where the current item starts
+	// The current list's items, to drop repeats: the first ones inline.
+	items  [8][2]int
+	more   [][2]int
+	nItems int
+}
+
+// begin sizes the buffer for about n items per field.
+func (f *fields) begin(n int) {
+	f.buf = make([]byte, 0, 48*n+16)
+}
+
+// item opens an item of the current list.
+func (f *fields) item() {
+	if len(f.buf) > f.start {
+		f.buf = append(f.buf, ", "...)
+	}
+	f.at = len(f.buf)
+}
+
+// end closes the item, dropping it (and its separator) when an earlier
+// item of the list is the same.
+func (f *fields) end() {
+	it := string(f.buf[f.at:])
+	for i := range f.nItems {
+		b := f.bounds(i)
+		if string(f.buf[b[0]:b[1]]) == it {
+			f.buf = f.buf[:max(f.at-2, f.start)]
+			return
 		}
 	}
-	return out
+	b := [2]int{f.at, len(f.buf)}
+	if f.nItems < len(f.items) {
+		f.items[f.nItems] = b
+	} else {
+		f.more = append(f.more, b)
+	}
+	f.nItems++
+}
+
+func (f *fields) bounds(i int) [2]int {
+	if i < len(f.items) {
+		return f.items[i]
+	}
+	return f.more[i-len(f.items)]
+}
+
+// field closes the current value under key and starts the next.
+func (f *fields) field(key string) {
+	f.keys[f.n], f.ends[f.n] = key, len(f.buf)
+	f.n++
+	f.start, f.nItems, f.more = len(f.buf), 0, f.more[:0]
+}
+
+// retryAfter adds Retry-After when the answer is a denial.
+func (f *fields) retryAfter(over bool, retry time.Duration) {
+	if over {
+		f.buf = appendInt(f.buf, ceilSeconds(retry))
+		f.field(HeaderRetryAfter)
+	}
+}
+
+// headers returns the fields as Envoy header values, nil when there are
+// none.
+func (f *fields) headers() []*corev3.HeaderValue {
+	if f.n == 0 {
+		return nil
+	}
+	all := string(f.buf)
+	vals := make([]corev3.HeaderValue, f.n)
+	hs := make([]*corev3.HeaderValue, f.n)
+	from := 0
+	for i := range f.n {
+		vals[i].Key, vals[i].Value = f.keys[i], all[from:f.ends[i]]
+		hs[i], from = &vals[i], f.ends[i]
+	}
+	return hs
 }

@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -15,9 +14,9 @@ import (
 func styledHeaders(style policy.HeaderStyle, qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
 	switch style {
 	case policy.HeaderStyleRateLimit:
-		return draft03Headers("ratelimit-", qs, over, retry)
+		return draft03Headers(ratelimitTrio, qs, over, retry)
 	case policy.HeaderStyleXRateLimit:
-		return draft03Headers("x-ratelimit-", qs, over, retry)
+		return draft03Headers(xRatelimitTrio, qs, over, retry)
 	case policy.HeaderStyleNone:
 		return rateLimitHeaders(nil, over, retry)
 	}
@@ -26,7 +25,8 @@ func styledHeaders(style policy.HeaderStyle, qs []quota, over bool, retry time.D
 
 // draft03Headers renders the three fields of
 // draft-ietf-httpapi-ratelimit-headers-03, the shape Envoy's
-// DRAFT_VERSION_03 option gives them, under prefix:
+// DRAFT_VERSION_03 option gives them, under a prefix (keys are the three
+// names with it):
 //
 //	<prefix>limit: 10, 10;w=60;name="per-tenant", 1000;w=86400;name="daily"
 //	<prefix>remaining: 3
@@ -36,8 +36,8 @@ func styledHeaders(style policy.HeaderStyle, qs []quota, over bool, retry time.D
 // fewest remaining; among those the longest wait), followed in limit by a
 // quota policy per limit. Every value is a Structured Field (a List, then
 // two Integers).
-func draft03Headers(prefix string, qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
-	var hs []*corev3.HeaderValue
+func draft03Headers(keys [3]string, qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
+	var f fields
 	if len(qs) > 0 {
 		t := qs[0]
 		for _, q := range qs[1:] {
@@ -45,15 +45,29 @@ func draft03Headers(prefix string, qs []quota, over bool, retry time.Duration) [
 				t = q
 			}
 		}
-		policies := []string{itoa(t.quota)}
+		f.begin(len(qs) + 1)
+		f.item()
+		f.buf = appendInt(f.buf, t.quota)
+		f.end()
 		for _, q := range qs {
-			policies = append(policies, itoa(q.quota)+";w="+itoa(max(ceilSeconds(q.window), 1))+";name="+sfString(q.name))
+			f.item()
+			f.buf = appendInt(f.buf, q.quota)
+			f.buf = appendParam(f.buf, ";w=", max(ceilSeconds(q.window), 1))
+			f.buf = appendSFString(append(f.buf, ";name="...), q.name)
+			f.end()
 		}
-		hs = append(hs,
-			&corev3.HeaderValue{Key: prefix + "limit", Value: strings.Join(dedupe(policies), ", ")},
-			&corev3.HeaderValue{Key: prefix + "remaining", Value: itoa(t.remaining)},
-			&corev3.HeaderValue{Key: prefix + "reset", Value: itoa(ceilSeconds(t.reset))},
-		)
+		f.field(keys[0])
+		f.buf = appendInt(f.buf, t.remaining)
+		f.field(keys[1])
+		f.buf = appendInt(f.buf, ceilSeconds(t.reset))
+		f.field(keys[2])
 	}
-	return append(hs, rateLimitHeaders(nil, over, retry)...)
+	f.retryAfter(over, retry)
+	return f.headers()
 }
+
+// The draft-03 trio's names under each prefix.
+var (
+	ratelimitTrio  = [3]string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"}
+	xRatelimitTrio = [3]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
+)

@@ -40,7 +40,8 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{1500 * time.Millisecond, sec, 2}, // rounded up to whole seconds
 	}
 	for _, c := range cases {
-		rl := currentLimit("n", ratelimit.Limit{Requests: 7, Period: c.period})
+		rl := &rlsv3.RateLimitResponse_RateLimit{}
+		setCurrentLimit(rl, "n", ratelimit.Limit{Requests: 7, Period: c.period})
 		if rl.GetUnit() != c.unit || rl.GetUnitMultiplier().GetValue() != c.mult || rl.GetRequestsPerUnit() != 7 || rl.GetName() != "n" {
 			t.Errorf("%s: got %v, want unit %v multiplier %d", c.period, rl, c.unit, c.mult)
 		}

@@ -46,6 +46,9 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	invalid   *prometheus.CounterVec
 	rules     *ruleMetrics
+	// latencyOf holds each API's histogram, found on every call without
+	// hashing its label again. Written only by precreate.
+	latencyOf map[string]prometheus.Observer
 }
 
 // NewMetrics creates the metrics and registers them on reg:
@@ -100,8 +103,9 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, e
 // of each API and the ext_authz decisions (one domain label, "http"). RLS
 // decisions are labelled by the request's domain and appear with it.
 func (m *Metrics) precreate() {
+	m.latencyOf = map[string]prometheus.Observer{}
 	for _, api := range []string{APIRateLimit, APIExtAuthz, APIExtProc} {
-		m.latency.WithLabelValues(api)
+		m.latencyOf[api] = m.latency.WithLabelValues(api)
 	}
 	for _, o := range []string{OutcomeOK, OutcomeOverLimit, OutcomeNoMatch, OutcomeError} {
 		m.decisions.WithLabelValues(APIExtAuthz, authzDomain, o)
@@ -115,7 +119,11 @@ func (m *Metrics) Decision(api, domain, outcome string) {
 
 // Latency records how long one call took.
 func (m *Metrics) Latency(api string, d time.Duration) {
-	m.latency.WithLabelValues(api).Observe(d.Seconds())
+	o, ok := m.latencyOf[api]
+	if !ok {
+		o = m.latency.WithLabelValues(api)
+	}
+	o.Observe(d.Seconds())
 }
 
 // Invalid counts one request part decided by a fallback rule; reason is one

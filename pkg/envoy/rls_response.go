@@ -76,12 +76,17 @@ type verdict struct {
 func (v *verdict) add(it *planned, dec ratelimit.Decision, quotaMode bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 	t := tightest(dec)
 	res := dec.Results[t]
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:               rlsv3.RateLimitResponse_OK,
-		CurrentLimit:       currentLimit(statusName(it, t), it.limits[t]),
-		LimitRemaining:     clampUint32(res.Remaining),
-		DurationUntilReset: durationpb.New(res.ResetAfter),
-	}
+	// The status and its two sub-messages in one allocation.
+	a := &struct {
+		st    rlsv3.RateLimitResponse_DescriptorStatus
+		limit rlsv3.RateLimitResponse_RateLimit
+		reset durationpb.Duration
+	}{}
+	setCurrentLimit(&a.limit, statusName(it, t), it.limits[t])
+	a.reset.Seconds, a.reset.Nanos = splitDuration(res.ResetAfter)
+	st := &a.st
+	st.Code, st.CurrentLimit, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, &a.limit, &a.reset
+	st.LimitRemaining = clampUint32(res.Remaining)
 	if quotaMode {
 		v.quotaTotal++
 	}
@@ -203,27 +208,29 @@ var units = []struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, 1},
 }
 
-// currentLimit reports a limit as Envoy's RateLimit: the longest unit that
-// divides the period, times unit_multiplier when that is not 1 (10s is
-// SECOND x 10, 2h is HOUR x 2). Periods are whole seconds here; a
+// setCurrentLimit fills a zero rl with a limit as Envoy's RateLimit: the
+// longest unit that divides the period, times unit_multiplier when that is
+// not 1 (10s is SECOND x 10, 2h is HOUR x 2). Periods are whole seconds here; a
 // sub-second or fractional period is rounded up to whole seconds, since the
 // proto cannot say less than one second.
-func currentLimit(name string, l ratelimit.Limit) *rlsv3.RateLimitResponse_RateLimit {
-	secs := ceilSeconds(l.Period)
-	if secs < 1 {
-		secs = 1
-	}
-	rl := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clampUint32(l.Requests)}
+func setCurrentLimit(rl *rlsv3.RateLimitResponse_RateLimit, name string, l ratelimit.Limit) {
+	secs := max(ceilSeconds(l.Period), 1)
+	rl.Name, rl.RequestsPerUnit = name, clampUint32(l.Requests)
 	for _, u := range units {
 		if secs%u.seconds == 0 {
 			rl.Unit = u.unit
 			if n := secs / u.seconds; n != 1 {
 				rl.UnitMultiplier = wrapperspb.UInt32(clampUint32(n))
 			}
-			break
+			return
 		}
 	}
-	return rl
+}
+
+// splitDuration is d as google.protobuf.Duration's fields (what
+// durationpb.New computes, without allocating the message).
+func splitDuration(d time.Duration) (int64, int32) {
+	return int64(d / time.Second), int32(d % time.Second)
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

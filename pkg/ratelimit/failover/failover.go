@@ -227,9 +227,12 @@ func (s *Store) decideOn(ctx context.Context, node string, reqs []ratelimit.Requ
 	return d, false, err
 }
 
-// callPrimary asks the primary within CallTimeout (when set).
+// callPrimary asks the primary within CallTimeout (when set). A caller
+// whose own deadline comes first (Envoy's filter timeout, sent as
+// grpc-timeout) already bounds the call; a timer of our own would change
+// nothing and costs a context and a timer per decision.
 func (s *Store) callPrimary(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
-	if s.timeout <= 0 {
+	if d, ok := ctx.Deadline(); s.timeout <= 0 || (ok && time.Until(d) <= s.timeout) {
 		return s.primary.AllowBatch(ctx, reqs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
