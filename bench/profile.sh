@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# bench/profile.sh: a CPU profile of extauthz deciding on Redis under load.
+#
+# Starts one redis-server on a free loopback port, builds extauthz (from the
+# working tree, or from git ref REF) and extauthz-load, runs ShouldRateLimit
+# with one descriptor over one gRPC connection at concurrency CONC, and
+# while it runs takes a CPU profile through EXTAUTHZ_DEBUG_ADDR (pprof,
+# loopback only). Prints where the time went: the top functions by
+# cumulative time and a split by area (syscalls, go-redis, gRPC, GC,
+# extauthz's own code). Extra arguments are environment settings for
+# extauthz, e.g. EXTAUTHZ_REDIS_MAX_BATCH=1 to profile without coalescing.
+#
+# Usage: bench/profile.sh
+#        REF=dbd963e bench/profile.sh EXTAUTHZ_REDIS_MAX_BATCH=1
+# Variables (defaults): CONC (64), SECONDS_PROFILED (8), KEYS (10000),
+#   OUT (a file under /tmp; the raw profile, for `go tool pprof`).
+# Needs: go, redis-server, redis-cli, curl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONC=${CONC:-64}
+SECONDS_PROFILED=${SECONDS_PROFILED:-8}
+KEYS=${KEYS:-10000}
+REF=${REF:-}
+
+. bench/lib.sh # work, pids, cleanup, freeport
+
+if [ -n "$REF" ]; then
+	mkdir "$work/src"
+	git archive "$REF" | tar -x -C "$work/src"
+	(cd "$work/src" && go build -o "$work/extauthz" ./cmd/extauthz)
+else
+	go build -o "$work/extauthz" ./cmd/extauthz
+fi
+go build -o "$work/extauthz-load" ./cmd/extauthz-load
+OUT=${OUT:-/tmp/extauthz-cpu-${REF:-tree}-$CONC.pprof}
+
+rport=$(freeport)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+	--logfile "$work/redis.log" &
+pids+=($!)
+for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+mkdir -p "$work/policy"
+cat >"$work/policy/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window}
+YAML
+
+gport=$(freeport)
+hport=$(freeport)
+dport=$(freeport)
+env EXTAUTHZ_GRPC_ADDR="127.0.0.1:$gport" EXTAUTHZ_HTTP_ADDR="127.0.0.1:$hport" \
+	EXTAUTHZ_DEBUG_ADDR="127.0.0.1:$dport" EXTAUTHZ_CONFIG="$work/policy" \
+	EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport" EXTAUTHZ_LOG_LEVEL=warn "$@" \
+	"$work/extauthz" 2>"$work/extauthz.log" &
+pids+=($!)
+for _ in $(seq 150); do curl -fsS "http://127.0.0.1:$hport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+
+load=(-addr "127.0.0.1:$gport" -domain bench -key user -keys "$KEYS" -concurrency "$CONC")
+"$work/extauthz-load" "${load[@]}" -duration 1s >/dev/null
+"$work/extauthz-load" "${load[@]}" -duration "$((SECONDS_PROFILED + 2))s" >"$work/load.txt" &
+loadpid=$!
+sleep 1
+curl -fsS -o "$OUT" "http://127.0.0.1:$dport/debug/pprof/profile?seconds=$SECONDS_PROFILED"
+wait "$loadpid"
+
+echo "extauthz ${REF:-working tree} $*; concurrency $CONC; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+cat "$work/load.txt"
+echo
+echo "Share of CPU time by area (a sample counts for every area on its stack):"
+go tool pprof -traces "$OUT" 2>/dev/null | python3 bench/profile_areas.py
+echo
+echo "Top 25 by cumulative time:"
+go tool pprof -top -cum -nodecount=25 "$work/extauthz" "$OUT" 2>/dev/null | sed -n '/flat%/,$p'
+echo
+echo "profile: $OUT (go tool pprof -http=: $OUT)"
