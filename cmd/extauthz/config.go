@@ -232,6 +232,13 @@ func (c Config) metricsOptions() envoy.MetricsOptions {
 	return o
 }
 
+// idempotencyMetricsOptions cap the per-route idempotency metric with the
+// per-rule metrics' setting: one knob for "how many configured names may
+// become label values" (each metric counts its own names against it).
+func (c Config) idempotencyMetricsOptions() envoy.IdempotencyMetricsOptions {
+	return envoy.IdempotencyMetricsOptions{MaxRouteSeries: c.metricsOptions().MaxRuleSeries}
+}
+
 // slogLevel parses LogLevel.
 func (c Config) slogLevel() (slog.Level, error) {
 	switch strings.ToLower(c.LogLevel) {

@@ -37,7 +37,7 @@ type idempotencyDeps struct {
 // requests get their failure_mode at once instead of each waiting for
 // EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT.
 func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *slog.Logger) (idempotencyDeps, error) {
-	events, err := envoy.NewIdempotencyMetrics(reg)
+	events, err := envoy.NewIdempotencyMetricsWith(reg, cfg.idempotencyMetricsOptions())
 	if err != nil {
 		return idempotencyDeps{}, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -151,6 +152,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 			}
 			checkValues(t, mode, name, fam, readme)
 		}
+		wantRouteSeries(t, mode, fams)
 		for name, d := range docs {
 			if _, ok := fams[name]; !ok && (mode == "redis" || !d.redisOnly) {
 				t.Errorf("%s: %s is documented but not exported", mode, name)
@@ -168,9 +170,23 @@ func checkValues(t *testing.T, mode, name string, fam scrapedFamily, readme stri
 			continue // from the policy; validation reasons are listed in the code
 		}
 		for v := range values {
+			if label == "route" && !strings.HasPrefix(v, "_") {
+				continue // a policy route's name; the fixed values (_unknown, _overflow) are checked
+			}
 			if !strings.Contains(readme, "`"+v+"`") && !strings.Contains(readme, `"`+v+`"`) {
 				t.Errorf("%s: %s{%s=%q} is exported but the value is not in the README", mode, name, label, v)
 			}
 		}
+	}
+}
+
+// wantRouteSeries: the per-route idempotency series exist from the start
+// for exactly the idempotent routes of examples/policy (orders, payments;
+// not default, which has none), before any idempotency call.
+func wantRouteSeries(t *testing.T, mode string, fams map[string]scrapedFamily) {
+	t.Helper()
+	got := slices.Sorted(maps.Keys(fams["extauthz_idempotency_route_events_total"].labels["route"]))
+	if want := []string{"orders", "payments"}; !slices.Equal(got, want) {
+		t.Errorf("%s: extauthz_idempotency_route_events_total has routes %v, want %v from the start", mode, got, want)
 	}
 }

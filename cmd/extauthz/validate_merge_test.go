@@ -46,4 +46,10 @@ func TestConfigValidateRuleMetrics(t *testing.T) {
 	if o := (Config{RuleMetricsMaxSeries: 0}).metricsOptions(); o.MaxRuleSeries >= 0 {
 		t.Errorf("RULE_METRICS_MAX_SERIES=0 gives MaxRuleSeries %d, want it off (negative)", o.MaxRuleSeries)
 	}
+	if o := (Config{RuleMetricsMaxSeries: 0}).idempotencyMetricsOptions(); o.MaxRouteSeries >= 0 {
+		t.Errorf("RULE_METRICS_MAX_SERIES=0 gives MaxRouteSeries %d, want it off (negative)", o.MaxRouteSeries)
+	}
+	if o := (Config{RuleMetricsMaxSeries: 7}).idempotencyMetricsOptions(); o.MaxRouteSeries != 7 {
+		t.Errorf("RULE_METRICS_MAX_SERIES=7 gives MaxRouteSeries %d, want 7", o.MaxRouteSeries)
+	}
 }

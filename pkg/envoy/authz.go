@@ -61,6 +61,7 @@ func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies PolicySou
 		return nil, errors.New("envoy: NewAuthz: nil metrics")
 	}
 	o := newIdemOptions(opts)
+	events.syncRoutes(httpPolicy(policies.Current()))
 	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay}, policies: policies, metrics: metrics}, nil
 }
 
@@ -88,6 +89,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 		return deniedResponse(codes.InvalidArgument, problemRequestMalformed()), nil
 	}
 	h := httpPolicy(s.policies.Current())
+	s.gate.events.syncRoutes(h)
 	route := h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath())
 	if route == nil {
 		s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeNoMatch)
@@ -124,7 +126,7 @@ func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkReq
 		return deniedResponse(codes.PermissionDenied, withHeaders(res.reply, rl))
 	case gateReplay:
 		if res.stored.BodyRef != nil {
-			return s.replayElsewhere(route.Idempotency, res, rl)
+			return s.replayElsewhere(route, res, rl)
 		}
 		rep := replayReply(route.Idempotency, res.stored)
 		if !replayableHere(rep) {
@@ -133,7 +135,7 @@ func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkReq
 				lease: idempotency.Lease{Scope: keyScope(r.tenant, route), Key: res.key, TTLs: ttlsOf(route.Idempotency)}}
 			return okResponse(rl, h.toStruct())
 		}
-		s.gate.events.Count(APIExtAuthz, idempotency.EventReplayed)
+		s.gate.events.Count(APIExtAuthz, route.Name, idempotency.EventReplayed)
 		return deniedResponse(codes.PermissionDenied, withHeaders(rep, rl))
 	case gateLease:
 		h := handoff{action: ActionLease, lease: res.lease, route: route.Name, fp: res.fp}
@@ -209,13 +211,13 @@ func deniedResponse(code codes.Code, r *reply) *authv3.CheckResponse {
 // replay ticket header: Envoy (clear_route_cache) routes the request to
 // extauthz's replay endpoint, which streams the body. The header replaces
 // any copy the client sent.
-func (s *Authz) replayElsewhere(id *policy.Idempotency, res gateResult, rl []*corev3.HeaderValue) *authv3.CheckResponse {
-	t, bad := s.gate.replayTicket(id, res)
+func (s *Authz) replayElsewhere(route *policy.Route, res gateResult, rl []*corev3.HeaderValue) *authv3.CheckResponse {
+	t, bad := s.gate.replayTicket(route.Name, route.Idempotency, res)
 	if bad != nil {
-		s.gate.events.Count(APIExtAuthz, idempotency.EventUnavailable)
+		s.gate.events.Count(APIExtAuthz, route.Name, idempotency.EventUnavailable)
 		return deniedResponse(codes.Unavailable, withHeaders(bad, rl))
 	}
-	s.gate.events.Count(APIExtAuthz, idempotency.EventReplayed)
+	s.gate.events.Count(APIExtAuthz, route.Name, idempotency.EventReplayed)
 	resp := okResponse(rl, nil)
 	ok := resp.GetOkResponse()
 	ok.Headers = append(ok.Headers, &corev3.HeaderValueOption{

@@ -112,6 +112,16 @@ type gate struct {
 	replay  *Replayer     // nil: bodies in object storage cannot be replayed
 }
 
+// eventSite is where an idempotency event happens: the API and the name
+// of the policy route ("" when none of the policy is known), the labels it
+// is counted under.
+type eventSite struct{ api, route string }
+
+// count records one event at site.
+func (g *gate) count(at eventSite, e idempotency.Event) {
+	g.events.Count(at.api, at.route, e)
+}
+
 // applies returns the route's idempotency settings if they apply to method.
 func applies(route *policy.Route, method string) *policy.Idempotency {
 	if route == nil || route.Idempotency == nil || !route.Idempotency.AppliesTo(method) {
@@ -122,21 +132,21 @@ func applies(route *policy.Route, method string) *policy.Idempotency {
 
 // key validates the request's Idempotency-Key. It returns the key, or a
 // 400 reply, or neither when the key is absent from an optional route.
-func (g *gate) key(api string, id *policy.Idempotency, hs headerList) (string, *reply) {
+func (g *gate) key(at eventSite, id *policy.Idempotency, hs headerList) (string, *reply) {
 	vs := hs.values(HeaderIdempotencyKey)
 	switch {
 	case len(vs) == 0 && id.KeyRequired:
-		g.events.Count(api, idempotency.EventMissing)
+		g.count(at, idempotency.EventMissing)
 		return "", problemKeyMissing()
 	case len(vs) == 0:
 		return "", nil
 	case len(vs) > 1:
-		g.events.Count(api, idempotency.EventMalformed)
+		g.count(at, idempotency.EventMalformed)
 		return "", problemKeyMalformed(errors.New("the Idempotency-Key field is repeated"))
 	}
 	k, err := idempotency.ParseKey(vs[0])
 	if err != nil {
-		g.events.Count(api, idempotency.EventMalformed)
+		g.count(at, idempotency.EventMalformed)
 		return "", problemKeyMalformed(err)
 	}
 	return k, nil
@@ -160,31 +170,31 @@ func ttlsOf(id *policy.Idempotency) idempotency.TTLs {
 
 // begin runs Begin for a validated key and maps the outcome. failClosed
 // picks the answer when the store fails: 503, or admit without a lease.
-func (g *gate) begin(ctx context.Context, api, scope, key string, fp idempotency.Fingerprint, ttls idempotency.TTLs, failClosed bool) gateResult {
+func (g *gate) begin(ctx context.Context, at eventSite, scope, key string, fp idempotency.Fingerprint, ttls idempotency.TTLs, failClosed bool) gateResult {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	o, err := g.store.Begin(ctx, scope, key, fp, ttls)
 	if err != nil {
-		g.events.Count(api, idempotency.EventStoreError)
+		g.count(at, idempotency.EventStoreError)
 		if failClosed {
-			g.events.Count(api, idempotency.EventUnavailable)
+			g.count(at, idempotency.EventUnavailable)
 			return gateResult{kind: gateReply, reply: problemUnavailable()}
 		}
-		g.events.Count(api, idempotency.EventFailOpen)
+		g.count(at, idempotency.EventFailOpen)
 		return gateResult{kind: gateOpen}
 	}
 	switch o.Kind {
 	case idempotency.Acquired:
-		g.events.Count(api, idempotency.EventAcquired)
+		g.count(at, idempotency.EventAcquired)
 		return gateResult{kind: gateLease, lease: o.Lease, fp: fp}
 	case idempotency.InProgress:
-		g.events.Count(api, idempotency.EventConflict)
+		g.count(at, idempotency.EventConflict)
 		return gateResult{kind: gateReply, reply: problemInProgress(o.RetryAfter)}
 	case idempotency.Mismatch:
-		g.events.Count(api, idempotency.EventMismatch)
+		g.count(at, idempotency.EventMismatch)
 		return gateResult{kind: gateReply, reply: problemKeyReused()}
 	case idempotency.Unreplayable:
-		g.events.Count(api, idempotency.EventUnreplayable)
+		g.count(at, idempotency.EventUnreplayable)
 		return gateResult{kind: gateReply, reply: problemNotReplayable(o.Response.Status)}
 	}
 	return gateResult{kind: gateReplay, stored: o.Response, key: key, fp: fp, scope: scope}
@@ -196,20 +206,21 @@ func (g *gate) decide(ctx context.Context, api string, route *policy.Route, r id
 	if id == nil {
 		return gateResult{kind: gatePass}
 	}
-	key, bad := g.key(api, id, r.headers)
+	at := eventSite{api: api, route: route.Name}
+	key, bad := g.key(at, id, r.headers)
 	switch {
 	case bad != nil:
 		return gateResult{kind: gateReply, reply: bad}
 	case key == "":
 		return gateResult{kind: gatePass}
 	case r.partialBody:
-		g.events.Count(api, idempotency.EventBodyTooBig)
+		g.count(at, idempotency.EventBodyTooBig)
 		return gateResult{kind: gateReply, reply: problemBodyTooLarge()}
 	case r.tenant == "":
 		// No shared scope: two unnamed callers' keys must never meet.
 		return gateResult{kind: gateReply, reply: problemIdentityMissing(r.missingStatus)}
 	}
-	return g.begin(ctx, api, keyScope(r.tenant, route), key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
+	return g.begin(ctx, at, keyScope(r.tenant, route), key, fingerprint(id, r), ttlsOf(id), id.FailClosed)
 }
 
 // keyScope is the store scope of a route's keys: the caller's scope, or
@@ -240,8 +251,9 @@ func replayReply(id *policy.Idempotency, resp idempotency.Response) *reply {
 // replayTicket is the gate's answer to a replay whose body is in object
 // storage: a signed ticket for the replay endpoint, or, when replays of
 // such bodies are not configured, a 503 problem (the request ran; it must
-// not run again).
-func (g *gate) replayTicket(id *policy.Idempotency, res gateResult) (string, *reply) {
+// not run again). The ticket names route, so that the endpoint counts the
+// replay under it.
+func (g *gate) replayTicket(route string, id *policy.Idempotency, res gateResult) (string, *reply) {
 	if g.replay == nil {
 		return "", problemReplayUnavailable()
 	}
@@ -249,5 +261,5 @@ func (g *gate) replayTicket(id *policy.Idempotency, res gateResult) (string, *re
 	if id != nil { // nil: the route vanished since; replay no headers
 		hs = idempotency.ReplayHeaders(res.stored.Headers, id.ReplayHeader)
 	}
-	return g.replay.issue(res.scope, res.key, res.stored, hs), nil
+	return g.replay.issue(route, res.scope, res.key, res.stored, hs), nil
 }

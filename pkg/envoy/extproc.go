@@ -64,6 +64,7 @@ func NewExtProc(idem idempotency.Store, policies PolicySource, metrics *Metrics,
 		return nil, errors.New("envoy: NewExtProc: nil metrics")
 	}
 	o := newIdemOptions(opts)
+	events.syncRoutes(httpPolicy(policies.Current()))
 	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay}, policies: policies, metrics: metrics, opts: o}, nil
 }
 

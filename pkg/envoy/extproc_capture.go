@@ -51,12 +51,12 @@ func (st *procStream) add(p []byte) bool {
 		c.body = append(c.body, p...)
 		return true
 	case c.w == nil && !st.spill():
-		st.s.gate.events.Count(apiExtProc, idempotency.EventStoreError)
+		st.event(idempotency.EventStoreError)
 		st.notKept(c.status, idempotency.EventNotKept)
 		return false
 	}
 	if _, err := c.w.Write(p); err != nil {
-		st.s.gate.events.Count(apiExtProc, idempotency.EventStoreError)
+		st.event(idempotency.EventStoreError)
 		st.notKept(c.status, idempotency.EventNotKept)
 		return false
 	}

@@ -17,8 +17,9 @@ type renewer struct {
 	lost   atomic.Bool
 }
 
-// startRenew starts renewing l until stop is called or ctx ends.
-func (s *ExtProc) startRenew(ctx context.Context, l idempotency.Lease) *renewer {
+// startRenew starts renewing l until stop is called or ctx ends, counting
+// its failures at site.
+func (s *ExtProc) startRenew(ctx context.Context, l idempotency.Lease, at eventSite) *renewer {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &renewer{cancel: cancel, done: make(chan struct{})}
 	ticks, stopTicker := s.opts.ticker(max(l.TTLs.Lease/3, 1))
@@ -35,11 +36,11 @@ func (s *ExtProc) startRenew(ctx context.Context, l idempotency.Lease) *renewer 
 			switch {
 			case errors.Is(err, idempotency.ErrLeaseLost):
 				r.lost.Store(true)
-				s.gate.events.Count(apiExtProc, idempotency.EventLeaseLost)
+				s.gate.count(at, idempotency.EventLeaseLost)
 				return
 			case err != nil && ctx.Err() == nil:
 				// Keep trying: the next tick may reach the store.
-				s.gate.events.Count(apiExtProc, idempotency.EventStoreError)
+				s.gate.count(at, idempotency.EventStoreError)
 			}
 		}
 	}()

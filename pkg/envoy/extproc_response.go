@@ -129,7 +129,7 @@ func (st *procStream) complete() {
 		ref, err := c.w.Commit(st.ctx)
 		if err != nil {
 			c.abort(st.ctx)
-			st.s.gate.events.Count(apiExtProc, idempotency.EventStoreError)
+			st.event(idempotency.EventStoreError)
 			st.writeNotKept(c.status, idempotency.EventNotKept)
 			return
 		}
@@ -138,7 +138,7 @@ func (st *procStream) complete() {
 	err := st.s.gate.complete(st.ctx, *st.lease, resp)
 	switch {
 	case err == nil:
-		st.s.gate.events.Count(apiExtProc, idempotency.EventStored)
+		st.event(idempotency.EventStored)
 		return
 	case errors.Is(err, idempotency.ErrTooLarge), errors.Is(err, idempotency.ErrInvalidResponse):
 		// Refused before anything was written: the lease is still ours.
@@ -161,7 +161,7 @@ func (st *procStream) release() {
 		st.count(err)
 		return
 	}
-	st.s.gate.events.Count(apiExtProc, idempotency.EventReleased)
+	st.event(idempotency.EventReleased)
 }
 
 // notKept settles the lease as completed but not replayable: the upstream
@@ -186,9 +186,9 @@ func (st *procStream) writeNotKept(status int, ev idempotency.Event) {
 		return
 	}
 	if ev != idempotency.EventNotKept {
-		st.s.gate.events.Count(apiExtProc, ev)
+		st.event(ev)
 	}
-	st.s.gate.events.Count(apiExtProc, idempotency.EventNotKept)
+	st.event(idempotency.EventNotKept)
 }
 
 // stopRenew stops the renewer and reports whether it found the lease lost
@@ -205,8 +205,8 @@ func (st *procStream) stopRenew() bool {
 // count records a failed write under the lease.
 func (st *procStream) count(err error) {
 	if errors.Is(err, idempotency.ErrLeaseLost) {
-		st.s.gate.events.Count(apiExtProc, idempotency.EventLeaseLost)
+		st.event(idempotency.EventLeaseLost)
 		return
 	}
-	st.s.gate.events.Count(apiExtProc, idempotency.EventStoreError)
+	st.event(idempotency.EventStoreError)
 }

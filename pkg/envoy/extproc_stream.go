@@ -27,6 +27,7 @@ type procStream struct {
 	modeKnown bool // protocol_config said which body modes apply
 
 	pending *pendingBegin // wiring (a): key checked, waiting for the body
+	route   string        // the policy route's name, for metrics; "" until known
 
 	lease   *idempotency.Lease  // held by this request (either wiring)
 	id      *policy.Idempotency // settings of the lease's route; nil if it vanished
@@ -47,7 +48,18 @@ type pendingBegin struct {
 }
 
 func newProcStream(s *ExtProc, ctx context.Context) *procStream {
-	return &procStream{s: s, ctx: ctx, pol: httpPolicy(s.policies.Current()), attrs: map[string]*structpb.Value{}}
+	pol := httpPolicy(s.policies.Current())
+	s.gate.events.syncRoutes(pol)
+	return &procStream{s: s, ctx: ctx, pol: pol, attrs: map[string]*structpb.Value{}}
+}
+
+// event counts one idempotency event of the stream under its route.
+func (st *procStream) event(e idempotency.Event) {
+	st.s.gate.count(st.site(), e)
+}
+
+func (st *procStream) site() eventSite {
+	return eventSite{api: apiExtProc, route: st.route}
 }
 
 const apiExtProc = APIExtProc
@@ -112,7 +124,8 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	if id == nil {
 		return continueRequestHeaders()
 	}
-	key, bad := st.s.gate.key(apiExtProc, id, hs)
+	st.route = route.Name
+	key, bad := st.s.gate.key(st.site(), id, hs)
 	switch {
 	case bad != nil:
 		return immediate(bad, "extauthz_idempotency_key")
@@ -153,7 +166,7 @@ func (st *procStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRe
 	p.body = append(p.body, b.GetBody()...)
 	if len(p.body) > st.s.opts.maxReqBody {
 		st.pending = nil
-		st.s.gate.events.Count(apiExtProc, idempotency.EventBodyTooBig)
+		st.event(idempotency.EventBodyTooBig)
 		return immediate(problemBodyTooLarge(), "extauthz_idempotency_body")
 	}
 	whole := b.GetEndOfStream() || (st.modeKnown && st.bodyMode == filterv3.ProcessingMode_BUFFERED)
@@ -186,13 +199,17 @@ func (st *procStream) requestTrailers() *extprocv3.ProcessingResponse {
 // continue (holding a lease, or failing open).
 func (st *procStream) begin(p *pendingBegin) *reply {
 	p.req.body = p.body
-	res := st.s.gate.begin(st.ctx, apiExtProc, p.req.tenant, p.key, fingerprint(p.id, p.req), ttlsOf(p.id), p.id.FailClosed)
+	res := st.s.gate.begin(st.ctx, st.site(), p.req.tenant, p.key, fingerprint(p.id, p.req), ttlsOf(p.id), p.id.FailClosed)
 	return st.apply(res, p.id)
 }
 
 // fromHandoff acts on ext_authz's metadata (wiring b); nil means continue.
+// Its route name counts as a label only if the policy has that route.
 func (st *procStream) fromHandoff(h handoff) *reply {
-	id := st.routeSettings(h.route)
+	var id *policy.Idempotency
+	if r := st.routeNamed(h.route); r != nil {
+		st.route, id = r.Name, r.Idempotency
+	}
 	if h.action == ActionLease {
 		st.hold(h.lease, id)
 		return nil
@@ -201,7 +218,7 @@ func (st *procStream) fromHandoff(h handoff) *reply {
 	// is normally still COMPLETED; if it expired meanwhile the request
 	// simply runs, holding the lease taken now.
 	failClosed := id != nil && id.FailClosed
-	res := st.s.gate.begin(st.ctx, apiExtProc, h.lease.Scope, h.lease.Key, h.fp, h.lease.TTLs, failClosed)
+	res := st.s.gate.begin(st.ctx, st.site(), h.lease.Scope, h.lease.Key, h.fp, h.lease.TTLs, failClosed)
 	return st.apply(res, id)
 }
 
@@ -212,14 +229,14 @@ func (st *procStream) apply(res gateResult, id *policy.Idempotency) *reply {
 		return res.reply
 	case gateReplay:
 		if res.stored.BodyRef != nil {
-			t, bad := st.s.gate.replayTicket(id, res)
+			t, bad := st.s.gate.replayTicket(st.route, id, res)
 			if bad != nil {
-				st.s.gate.events.Count(apiExtProc, idempotency.EventUnavailable)
+				st.event(idempotency.EventUnavailable)
 				return bad
 			}
 			st.ticket = t
 		}
-		st.s.gate.events.Count(apiExtProc, idempotency.EventReplayed)
+		st.event(idempotency.EventReplayed)
 		if st.ticket != "" {
 			return nil
 		}
@@ -230,15 +247,15 @@ func (st *procStream) apply(res gateResult, id *policy.Idempotency) *reply {
 	return nil
 }
 
-// routeSettings finds the idempotency settings of a route by name in the
-// current policy; nil when the route (or its idempotency) is gone.
-func (st *procStream) routeSettings(name string) *policy.Idempotency {
+// routeNamed finds a route by name in the stream's policy; nil when a
+// reload removed it (its Idempotency is nil when only that went).
+func (st *procStream) routeNamed(name string) *policy.Route {
 	if st.pol == nil {
 		return nil
 	}
 	for _, r := range st.pol.Routes {
 		if r.Name == name {
-			return r.Idempotency
+			return r
 		}
 	}
 	return nil
@@ -247,7 +264,7 @@ func (st *procStream) routeSettings(name string) *policy.Idempotency {
 // hold makes the stream the lease's keeper: it renews it until settled.
 func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
 	st.lease, st.id = &l, id
-	st.renew = st.s.startRenew(st.ctx, l)
+	st.renew = st.s.startRenew(st.ctx, l, st.site())
 }
 
 // finish runs when the stream ends. An unsettled lease (client reset,

@@ -18,8 +18,8 @@ func TestIdempotencyMetricsShareARegistry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second NewMetrics on one registry: %v", err)
 	}
-	a.Count(APIExtAuthz, idempotency.EventAcquired)
-	b.Count(APIExtAuthz, idempotency.EventAcquired)
+	a.Count(APIExtAuthz, "orders", idempotency.EventAcquired)
+	b.Count(APIExtAuthz, "orders", idempotency.EventAcquired)
 	if v := a.Value(APIExtAuthz, idempotency.EventAcquired); v != 2 {
 		t.Fatalf("acquired = %v, want 2 (both handles count into one collector)", v)
 	}

@@ -55,7 +55,7 @@ func (h *ReplayHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	body, err := h.blobs.Open(req.Context(), t.Ref)
 	if err != nil {
-		h.events.Count(apiReplay, idempotency.EventStoreError)
+		h.events.Count(apiReplay, t.Route, idempotency.EventStoreError)
 		writeReply(w, problemReplayUnavailable())
 		return
 	}
@@ -67,10 +67,10 @@ func (h *ReplayHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Content-Length", strconv.FormatInt(t.Ref.Size, 10))
 	w.WriteHeader(t.Status)
 	if _, err := io.Copy(w, body); err != nil && !errors.Is(err, context.Canceled) {
-		h.events.Count(apiReplay, idempotency.EventStoreError)
+		h.events.Count(apiReplay, t.Route, idempotency.EventStoreError)
 		panic(http.ErrAbortHandler) // net/http closes the connection, quietly
 	}
-	h.events.Count(apiReplay, idempotency.EventReplayed)
+	h.events.Count(apiReplay, t.Route, idempotency.EventReplayed)
 }
 
 // ticket verifies the request's ticket and that it names the request's own

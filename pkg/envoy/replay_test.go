@@ -128,6 +128,13 @@ func TestAuthzReplayFromObjectStorage(t *testing.T) {
 	if e.event(apiReplay, idempotency.EventReplayed) != 1 {
 		t.Errorf("replay events = %v, want 1", e.event(apiReplay, idempotency.EventReplayed))
 	}
+	// The ticket names the route that issued it, so the endpoint, which
+	// holds no policy, counts the replay under that route.
+	for api, want := range map[string]float64{APIExtAuthz: 1, apiReplay: 1} {
+		if got := e.events.RouteValue(api, "orders", idempotency.EventReplayed); got != want {
+			t.Errorf("%s replayed on route orders = %v, want %v", api, got, want)
+		}
+	}
 }
 
 // No one reaches a replay without a ticket this replica's secret signed,
@@ -143,7 +150,7 @@ func TestReplayTicketIsUnforgeable(t *testing.T) {
 		tk, _ := e.replayer.verify(good)
 		ref = tk.Ref
 	}
-	foreign := other.issue("acme", "k1", idempotency.Response{Status: 201, BodyRef: &ref}, nil)
+	foreign := other.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &ref}, nil)
 	payload, sig, _ := strings.Cut(good, ".")
 	var tk map[string]any
 	raw, _ := decodeB64(payload)
@@ -179,7 +186,7 @@ func TestReplayMissingOrCorruptBody(t *testing.T) {
 
 	bad := ref
 	bad.SHA256 = sha([]byte("other"))
-	corrupt := e.replayer.issue("acme", "k1", idempotency.Response{Status: 201, BodyRef: &bad}, nil)
+	corrupt := e.replayer.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &bad}, nil)
 	// A store that detects it on Open gives 503; one that detects it at
 	// EOF (S3: after the status went out) cuts the connection. Never a
 	// complete 201.

@@ -42,6 +42,9 @@ type ticket struct {
 	Status  int                  `json:"status"`
 	Headers []idempotency.Header `json:"headers,omitempty"`
 	Ref     blob.Ref             `json:"ref"`
+	// Route is the policy route's name, the endpoint's metric label
+	// (empty in tickets of older replicas: counted as UnknownRoute).
+	Route string `json:"route,omitempty"`
 }
 
 // Ticket errors; the endpoint answers each with 403 and never says which.
@@ -80,8 +83,8 @@ func NewReplayer(secret []byte, now func() time.Time) (*Replayer, error) {
 
 // issue signs a ticket for a stored response whose body is in object
 // storage: base64url(JSON) "." base64url(HMAC-SHA256(secret, JSON)).
-func (r *Replayer) issue(scope, key string, resp idempotency.Response, hs []idempotency.Header) string {
-	t := ticket{Expires: r.now().Add(r.ttl).Unix(), Scope: scope, Key: key, Status: resp.Status, Headers: hs, Ref: *resp.BodyRef}
+func (r *Replayer) issue(route, scope, key string, resp idempotency.Response, hs []idempotency.Header) string {
+	t := ticket{Expires: r.now().Add(r.ttl).Unix(), Scope: scope, Key: key, Status: resp.Status, Headers: hs, Ref: *resp.BodyRef, Route: route}
 	payload, _ := json.Marshal(t) // strings, ints: always encodes
 	enc := base64.RawURLEncoding
 	return enc.EncodeToString(payload) + "." + enc.EncodeToString(r.mac(payload))

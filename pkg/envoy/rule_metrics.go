@@ -55,9 +55,36 @@ type ruleMetrics struct {
 	hits  *prometheus.CounterVec
 	ratio float64
 	max   int
+	rules *labelCap
+}
+
+// labelCap hands out at most max distinct values of a label whose values
+// come from configuration, then OverflowRule: a policy (or detailed_metric)
+// cannot grow /metrics without bound. Values given out stay given out, so
+// a series never moves to _overflow while the process runs.
+type labelCap struct {
+	max int
 
 	mu   sync.Mutex
-	seen map[string]bool // rule labels given out, at most max
+	seen map[string]bool // values given out, at most max
+}
+
+func newLabelCap(max int) *labelCap {
+	return &labelCap{max: max, seen: map[string]bool{}}
+}
+
+// label returns v, or OverflowRule once max distinct values are out.
+func (c *labelCap) label(v string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[v] {
+		return v
+	}
+	if len(c.seen) >= c.max {
+		return OverflowRule
+	}
+	c.seen[v] = true
+	return v
 }
 
 func newRuleMetrics(reg prometheus.Registerer, o MetricsOptions) (*ruleMetrics, error) {
@@ -70,7 +97,7 @@ func newRuleMetrics(reg prometheus.Registerer, o MetricsOptions) (*ruleMetrics, 
 	if o.MaxRuleSeries == 0 {
 		o.MaxRuleSeries = DefaultMaxRuleSeries
 	}
-	m := &ruleMetrics{ratio: o.NearLimitRatio, max: o.MaxRuleSeries, seen: map[string]bool{}}
+	m := &ruleMetrics{ratio: o.NearLimitRatio, max: o.MaxRuleSeries, rules: newLabelCap(o.MaxRuleSeries)}
 	m.hits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "extauthz_rule_hits_total",
 		Help: "Hits per rate-limit rule (RLS: the rule's metric ID; ext_authz: http.<route>) and stat " +
@@ -82,27 +109,13 @@ func newRuleMetrics(reg prometheus.Registerer, o MetricsOptions) (*ruleMetrics, 
 	return m, nil
 }
 
-// label returns rule, or OverflowRule once max distinct rules are out.
-func (m *ruleMetrics) label(rule string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.seen[rule] {
-		return rule
-	}
-	if len(m.seen) >= m.max {
-		return OverflowRule
-	}
-	m.seen[rule] = true
-	return rule
-}
-
 // count records one decided descriptor (or ext_authz route) of hits hits.
 // shadow says whether a denial was answered OK by shadow mode.
 func (m *ruleMetrics) count(api, rule string, hits int64, dec ratelimit.Decision, shadow bool) {
 	if m == nil || m.max < 0 || rule == "" || hits <= 0 {
 		return
 	}
-	rule = m.label(rule)
+	rule = m.rules.label(rule)
 	h := float64(hits)
 	add := func(stat string, v float64) {
 		if v > 0 {

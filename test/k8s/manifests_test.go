@@ -90,6 +90,7 @@ func TestEveryFileIsUsed(t *testing.T) {
 		k := kustomizationFile(t, f)
 		dir := filepath.Dir(f)
 		refs := slices.Clone(k.Resources)
+		refs = append(refs, k.Components...) // directories: must exist
 		for _, p := range k.Patches {
 			refs = append(refs, p.Path)
 		}
