@@ -61,7 +61,11 @@ func newStoreTracer(tp trace.TracerProvider, backend string) storeTracer {
 }
 
 func (t storeTracer) start(ctx context.Context, name string) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.attrs...))
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() { // unsampled calls skip the attributes
+		span.SetAttributes(t.attrs...)
+	}
+	return ctx, span
 }
 
 // end records err, if any, and ends span.
@@ -109,7 +113,9 @@ var _ ratelimit.Store = (*rateLimitStore)(nil)
 
 func (s *rateLimitStore) Allow(ctx context.Context, key string, limit ratelimit.Limit, hits int64) (ratelimit.Result, error) {
 	ctx, span := s.t.start(ctx, SpanAllow)
-	span.SetAttributes(AttrAlgorithm.String(algorithmName(limit.Algorithm)))
+	if span.IsRecording() {
+		span.SetAttributes(AttrAlgorithm.String(algorithmName(limit.Algorithm)))
+	}
 	res, err := s.Store.Allow(ctx, key, limit, hits)
 	end(span, err)
 	return res, err
@@ -166,7 +172,7 @@ var _ idempotency.Store = (*idempotencyStore)(nil)
 func (s *idempotencyStore) Begin(ctx context.Context, scope, key string, fp idempotency.Fingerprint, ttls idempotency.TTLs) (idempotency.Outcome, error) {
 	ctx, span := s.t.start(ctx, SpanBegin)
 	out, err := s.Store.Begin(ctx, scope, key, fp, ttls)
-	if err == nil {
+	if err == nil && span.IsRecording() {
 		span.SetAttributes(AttrIdempotencyOutcome.String(out.Kind.String()))
 	}
 	end(span, err)

@@ -185,9 +185,13 @@ func (t *Tracing) start(ctx context.Context, name, api string, headers propagati
 	if !trace.SpanContextFromContext(parent).IsValid() && headers != nil {
 		parent = traceContext.Extract(ctx, headers)
 	}
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		semconv.RPCSystemNameGRPC, semconv.RPCMethod(name), AttrAPI.String(api)))
-	return t.tracer.Start(parent, name, opts...)
+	ctx, span := t.tracer.Start(parent, name, append(opts, trace.WithSpanKind(trace.SpanKindServer))...)
+	// Attributes after the start, and only on a recorded span: the
+	// samplers do not read them, and an unsampled call then skips them.
+	if span.IsRecording() {
+		span.SetAttributes(semconv.RPCSystemNameGRPC, semconv.RPCMethod(name), AttrAPI.String(api))
+	}
+	return ctx, span
 }
 
 // finish records the call's outcome and its gRPC status: an error (the
