@@ -16,9 +16,11 @@ import (
 )
 
 // traceFlushTimeout bounds the export of the spans still queued at
-// shutdown. It comes after EXTAUTHZ_DRAIN_DELAY and EXTAUTHZ_SHUTDOWN_TIMEOUT
-// (10s each by default), inside Kubernetes' 30s grace period (k8s/base).
-const traceFlushTimeout = 5 * time.Second
+// shutdown, which comes after EXTAUTHZ_DRAIN_DELAY, EXTAUTHZ_SHUTDOWN_TIMEOUT
+// and the HTTP servers' extra second. k8s/base's worst case stays inside
+// its 30s grace period: 5s preStop + 10s + 10s + 1s + 3s = 29s. A healthy
+// collector takes milliseconds.
+const traceFlushTimeout = 3 * time.Second
 
 // tracer is the process's trace export. The zero value is tracing off
 // (EXTAUTHZ_OTLP_ENDPOINT empty): it wraps nothing and installs no
