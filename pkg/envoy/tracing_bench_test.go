@@ -82,8 +82,12 @@ func tracedRLS(b *testing.B, src PolicySource, traced bool) func(context.Context
 	}
 	intercept := tr.UnaryInterceptor()
 	info := &grpc.UnaryServerInfo{FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
-	handler := func(ctx context.Context, r any) (any, error) { return s.ShouldRateLimit(ctx, r.(*rlsv3.RateLimitRequest)) }
-	return func(ctx context.Context, r *rlsv3.RateLimitRequest) (any, error) { return intercept(ctx, r, info, handler) }
+	handler := func(ctx context.Context, r any) (any, error) {
+		return s.ShouldRateLimit(ctx, r.(*rlsv3.RateLimitRequest))
+	}
+	return func(ctx context.Context, r *rlsv3.RateLimitRequest) (any, error) {
+		return intercept(ctx, r, info, handler)
+	}
 }
 
 // discard is an exporter that drops every batch.
