@@ -10,6 +10,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/envoy"
 )
 
@@ -130,6 +131,23 @@ type Config struct {
 	// DebugAddr serves Go's pprof profiles (/debug/pprof/); empty (the
 	// default) serves none. Loopback addresses only: see debug.go.
 	DebugAddr string `envconfig:"DEBUG_ADDR" default:""`
+
+	// Tracing (tracing.go). The OpenTelemetry SDK's own variables apply
+	// beside these: OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*
+	// and the exporter's OTEL_EXPORTER_OTLP_HEADERS, _CERTIFICATE, _TIMEOUT.
+
+	// OTLPEndpoint turns tracing on: the OTLP collector's base URL,
+	// http:// (plaintext) or https:// (TLS) with a port; empty, the
+	// default, traces nothing and builds no exporter.
+	OTLPEndpoint string `envconfig:"OTLP_ENDPOINT" default:""`
+	// OTLPProtocol is grpc or http/protobuf (which posts to the endpoint's
+	// path + /v1/traces).
+	OTLPProtocol string `envconfig:"OTLP_PROTOCOL" default:"grpc"`
+	// TraceSampleRatio is the share of traces started here that are
+	// sampled; a trace context from Envoy is followed, sampled or not.
+	// 1 because in a traced mesh the sampling decision is Envoy's (or the
+	// client's), and every call then arrives with one.
+	TraceSampleRatio float64 `envconfig:"TRACE_SAMPLE_RATIO" default:"1"`
 }
 
 // gRPC message limits: the smallest accepted (64 KiB carries any
@@ -208,6 +226,9 @@ func (c Config) rules() []rule {
 		{"IDEMPOTENCY_WAIT_REPLICAS", "0 (no WAIT) to 16", c.IdempotencyWaitReplicas, c.IdempotencyWaitReplicas >= 0 && c.IdempotencyWaitReplicas <= 16},
 		{"IDEMPOTENCY_WAIT_TIMEOUT", "a duration of 1ms or more, below EXTAUTHZ_REDIS_READ_TIMEOUT when WAIT is on, e.g. 20ms", c.IdempotencyWaitTimeout,
 			c.IdempotencyWaitTimeout >= time.Millisecond && (c.IdempotencyWaitReplicas == 0 || c.IdempotencyWaitTimeout < c.RedisReadTimeout)},
+		{"OTLP_ENDPOINT", "empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)", redactURL(c.OTLPEndpoint), c.validOTLPEndpoint()},
+		{"OTLP_PROTOCOL", "grpc or http/protobuf", c.OTLPProtocol, c.OTLPProtocol == tracing.ProtocolGRPC || c.OTLPProtocol == tracing.ProtocolHTTP},
+		{"TRACE_SAMPLE_RATIO", "a ratio in [0, 1]", c.TraceSampleRatio, c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1},
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/internal/tracing"
 )
 
 // parseErrors checks that every EXTAUTHZ_* variable that is set parses as
@@ -55,6 +57,9 @@ func parseAs(t reflect.Type, v string) (kind string, err error) {
 	case t.Kind() == reflect.Bool:
 		_, err = strconv.ParseBool(v)
 		return "true or false", err
+	case t.Kind() == reflect.Float64:
+		_, err = strconv.ParseFloat(v, 64)
+		return "a number", err
 	}
 	return "a string", nil
 }
@@ -100,6 +105,16 @@ func (c Config) validCAFile() bool {
 		f.Close()
 	}
 	return err == nil
+}
+
+// validOTLPEndpoint: empty, or an endpoint the protocol takes (a bad
+// protocol is its own rule's error).
+func (c Config) validOTLPEndpoint() bool {
+	proto := c.OTLPProtocol
+	if proto != tracing.ProtocolHTTP {
+		proto = tracing.ProtocolGRPC
+	}
+	return c.OTLPEndpoint == "" || tracing.CheckEndpoint(c.OTLPEndpoint, proto) == nil
 }
 
 // redactURL hides a URL's password, which must not reach the logs.

@@ -33,6 +33,13 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 		{"EXTAUTHZ_REDIS_CLUSTER=yes please", `EXTAUTHZ_REDIS_CLUSTER="yes please": not true or false; want true or false`},
 		{"EXTAUTHZ_FAILURE_MODE=maybe", `EXTAUTHZ_FAILURE_MODE="maybe": want open or closed`},
 		{"EXTAUTHZ_LOG_LEVEL=loud", `EXTAUTHZ_LOG_LEVEL="loud": want debug, info, warn or error`},
+		{"EXTAUTHZ_OTLP_ENDPOINT=collector:4317", `EXTAUTHZ_OTLP_ENDPOINT="collector:4317": want empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)`},
+		{"EXTAUTHZ_OTLP_ENDPOINT=http://collector", `EXTAUTHZ_OTLP_ENDPOINT="http://collector": want empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)`},
+		{"EXTAUTHZ_OTLP_ENDPOINT=https://u:secret@collector:4317", `EXTAUTHZ_OTLP_ENDPOINT="https://u:xxxxx@collector:4317": want empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)`},
+		{"EXTAUTHZ_OTLP_ENDPOINT=http://collector:4317/v1/traces", `EXTAUTHZ_OTLP_ENDPOINT="http://collector:4317/v1/traces": want empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)`},
+		{"EXTAUTHZ_OTLP_PROTOCOL=http/json", `EXTAUTHZ_OTLP_PROTOCOL="http/json": want grpc or http/protobuf`},
+		{"EXTAUTHZ_TRACE_SAMPLE_RATIO=1.5", "EXTAUTHZ_TRACE_SAMPLE_RATIO=1.5: want a ratio in [0, 1]"},
+		{"EXTAUTHZ_TRACE_SAMPLE_RATIO=half", `EXTAUTHZ_TRACE_SAMPLE_RATIO="half": not a number; want a ratio in [0, 1]`},
 	} {
 		t.Run(c.env, func(t *testing.T) {
 			t.Parallel()

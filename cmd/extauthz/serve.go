@@ -95,13 +95,18 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer rp.close(log)
-	services, err := newServices(cfg, store, src, metrics, idem, log, rp.options...)
+	tr, err := newTracer(ctx, cfg, src, log)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer tr.shutdown() // after run: the last calls' spans are queued by then
+	services, err := newServices(cfg, tr.rateLimit(cfg, store), src, metrics, tr.idempotency(cfg, idem), log, rp.options...)
 	if err != nil {
 		return err
 	}
 	s.replay = rp.server
 	recv, send := cfg.grpcMessageLimits()
-	s.grpc, s.health = newGRPCServer(services, grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
+	s.grpc, s.health = newGRPCServer(services, append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))...)
 	s.http = newHTTPServer(s, reg)
 	if cfg.DebugAddr != "" {
 		stopDebug, err := startDebug(cfg.DebugAddr, log)

@@ -7,5 +7,6 @@
 // pkg/policy and pkg/idempotency stay free of Envoy types. Servers here do
 // not log; they report through Metrics on an injected registry and return
 // gRPC status errors (codes.InvalidArgument for a bad request,
-// codes.Unavailable when the store failed).
+// codes.Unavailable when the store failed). Tracing, when wired, is a pair
+// of gRPC interceptors (Tracing) around the unchanged handlers.
 package envoy
