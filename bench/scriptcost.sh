@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/scriptcost.sh: Redis time per decision of each algorithm's script,
 # from INFO commandstats (usec_per_call of EVALSHA), for decide.lua whole
-# (one dispatcher holding all four deciders) against the single-algorithm
-# script the store runs for a request whose limits share one algorithm.
+# (one dispatcher holding all four deciders), the single-algorithm script
+# (a request whose limits share one algorithm) and the script a request with
+# one limit runs: single.lua for gcra and fixed_window, else the
+# single-algorithm script.
 #
 # Starts its own redis-server on a free loopback port; redis-benchmark sends
 # N calls (-c 16 -P 16) over 10,000 keys, a limit never reached; the two
@@ -40,8 +42,8 @@ if [ -n "$BASELINE" ]; then
 fi
 echo "Machine: $(nproc) CPUs, redis $(redis-server --version | awk '{print $3}'), uptime: $(uptime)"
 echo
-echo "| algorithm |${BASELINE:+ decide.lua at $BASELINE, µs/call |} decide.lua whole, µs/call | single-algorithm script, µs/call | single / ${BASELINE:-whole} |"
-echo "|---|${BASELINE:+---|}---|---|---|"
+echo "| algorithm |${BASELINE:+ decide.lua at $BASELINE, µs/call |} decide.lua whole, µs/call | single-algorithm script, µs/call | one-limit script, µs/call | one-limit / ${BASELINE:-whole} |"
+echo "|---|${BASELINE:+---|}---|---|---|---|"
 cost() { # SHA CODE ALG: usec_per_call of N EVALSHA
 	rcli config resetstat >/dev/null
 	redis-benchmark -p "$port" -q -n "$N" -c 16 -P 16 -r 10000 EVALSHA "$1" 1 \
@@ -51,20 +53,23 @@ cost() { # SHA CODE ALG: usec_per_call of N EVALSHA
 median() { tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for pair in gcra:1 sliding_log:2 sliding_window:3 fixed_window:4; do
 	alg=${pair%:*} code=${pair#*:}
-	one=$(rcli script load "$(only "$alg")")
-	a=() o=() b=()
+	only=$(rcli script load "$(only "$alg")")
+	one=$only
+	case $alg in gcra | fixed_window) one=$(rcli script load "$(cat pkg/ratelimit/redisstore/single.lua)") ;; esac
+	a=() o=() s=() b=()
 	for _ in $(seq "$ROUNDS"); do
 		[ -n "$BASELINE" ] && b+=("$(cost "$base" "$code" "$alg")")
 		a+=("$(cost "$all" "$code" "$alg")")
+		s+=("$(cost "$only" "$code" "$alg")")
 		o+=("$(cost "$one" "$code" "$alg")")
 	done
-	ma=$(echo "${a[*]}" | median) mo=$(echo "${o[*]}" | median) ref=$ma
+	ma=$(echo "${a[*]}" | median) ms=$(echo "${s[*]}" | median) mo=$(echo "${o[*]}" | median) ref=$ma
 	col=""
 	if [ -n "$BASELINE" ]; then
 		ref=$(echo "${b[*]}" | median)
 		col=" $ref |"
 	fi
-	echo "| $alg |$col $ma | $mo | $(awk -v a="$ref" -v o="$mo" 'BEGIN {printf "%.2f×", o / a}') |"
+	echo "| $alg |$col $ma | $ms | $mo | $(awk -v a="$ref" -v o="$mo" 'BEGIN {printf "%.2f×", o / a}') |"
 done
 echo
 echo "uptime at end: $(uptime)"

@@ -57,6 +57,25 @@ func TestScriptMatchesGoAlgorithms(t *testing.T) {
 	}
 }
 
+// TestScriptMatchesGoTwoLimits does the same with two limits of one
+// algorithm, the requests that run a single-algorithm script (one limit of
+// gcra or fixed_window runs single.lua instead).
+func TestScriptMatchesGoTwoLimits(t *testing.T) {
+	t.Parallel()
+	_, c := standalone(t)
+	for seed := uint64(1); seed <= 12; seed++ {
+		for _, alg := range ratelimit.Algorithms {
+			t.Run(fmt.Sprintf("%s/seed%d", alg, seed), func(t *testing.T) {
+				s, clk := fixedStore(t, c)
+				rng := rand.New(rand.NewPCG(seed, 7+uint64(len(alg))))
+				second := randomLimit(rng, alg)
+				second.Period += time.Millisecond // a distinct state key
+				playRandom(t, s, clk, rng, []ratelimit.Limit{randomLimit(rng, alg), second})
+			})
+		}
+	}
+}
+
 // TestScriptMatchesGoAllOrNone does the same with several limits of mixed
 // algorithms on one key, where a denial by one must leave the others
 // uncharged.

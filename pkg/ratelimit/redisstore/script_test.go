@@ -28,6 +28,13 @@ func TestSingleAlgorithmScripts(t *testing.T) {
 			}
 		}
 	}
+	for alg := range algCodes {
+		one := ratelimit.Request{Key: "k", Hits: 1, Limits: []ratelimit.Limit{limitFor(alg, 10, time.Minute)}}
+		sc := scriptFor(scriptArgs(one, 0))
+		if want := alg == ratelimit.GCRA || alg == ratelimit.FixedWindow; (sc.sha == decideSingle.sha) != want {
+			t.Errorf("one %s limit runs single.lua: %v, want %v", alg, sc.sha == decideSingle.sha, want)
+		}
+	}
 	mixed := ratelimit.Request{Key: "k", Hits: 1, Limits: []ratelimit.Limit{
 		limitFor(ratelimit.GCRA, 10, time.Minute), limitFor(ratelimit.FixedWindow, 100, time.Hour),
 	}}
