@@ -1,6 +1,7 @@
 # Shared by the bench scripts (source it after `cd` to the repository root):
 # a scratch directory and background processes removed on exit, a free
-# loopback port, and a process's CPU time in clock ticks.
+# loopback port, a process's CPU time in clock ticks, a throwaway Redis
+# and the bench policy.
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -13,3 +14,26 @@ trap cleanup EXIT
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
+
+# start_redis: a throwaway redis-server on a free loopback port (never
+# 6379), no persistence; sets rport and rpid and waits until it answers.
+start_redis() {
+	rport=$(freeport)
+	redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+		--logfile "$work/redis.log" &
+	rpid=$!
+	pids+=("$rpid")
+	for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+# write_bench_policy DIR: domain "bench", one descriptor key "user" whose
+# limit (fixed_window, 1e9/s) is never reached.
+write_bench_policy() {
+	mkdir -p "$1"
+	cat >"$1/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window}
+YAML
+}

@@ -56,21 +56,10 @@ if [ -n "$BASELINE" ]; then
 	(cd "$work/base-src" && go build -o "$work/extauthz-base" ./cmd/extauthz)
 fi
 
-rport=$(freeport)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-	--logfile "$work/redis.log" &
-rpid=$!
-pids+=("$rpid")
-for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis
 
 # One policy for extauthz: two RLS domains and one HTTP route.
-mkdir -p "$work/policy"
-cat >"$work/policy/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window}
-YAML
+write_bench_policy "$work/policy"
 cat >"$work/policy/bench_gcra.yaml" <<'YAML'
 domain: bench_gcra
 descriptors:

@@ -35,19 +35,9 @@ fi
 go build -o "$work/extauthz-load" ./cmd/extauthz-load
 OUT=${OUT:-/tmp/extauthz-cpu-${REF:-tree}-$CONC.pprof}
 
-rport=$(freeport)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-	--logfile "$work/redis.log" &
-pids+=($!)
-for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis
 
-mkdir -p "$work/policy"
-cat >"$work/policy/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window}
-YAML
+write_bench_policy "$work/policy"
 
 gport=$(freeport)
 hport=$(freeport)

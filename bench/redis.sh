@@ -27,13 +27,8 @@ DURATION=${DURATION:-10s}
 go build -o "$work/extauthz" ./cmd/extauthz
 go build -o "$work/extauthz-load" ./cmd/extauthz-load
 
-rport=$(freeport)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-	--logfile "$work/redis.log" &
-rpid=$!
-pids+=("$rpid")
+start_redis
 rcli() { redis-cli -p "$rport" "$@"; }
-for _ in $(seq 50); do rcli ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 mkdir -p "$work/policy"
 cat >"$work/policy/bench.yaml" <<'YAML'

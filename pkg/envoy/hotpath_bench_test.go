@@ -33,15 +33,7 @@ http:
 // process over the memory store: what each RLS decision costs besides
 // gRPC and the store's own work.
 func BenchmarkHotPathRLS(b *testing.B) {
-	p := writePolicy(b, hotPathPolicy)
-	m, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := NewRLS(newTestStore(b, time.Now), PolicyFunc(func() *policy.Policy { return p }), m)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := benchRLS(b, hotPathPolicy)
 	reqs := make([]*rlsv3.RateLimitRequest, 1024)
 	for i := range reqs {
 		reqs[i] = request("bench", desc("user", "u"+strconv.Itoa(i)))
@@ -88,4 +80,19 @@ func BenchmarkHotPathCheck(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// benchRLS is an RLS over the memory store under policy yaml.
+func benchRLS(b *testing.B, yaml string) *RLS {
+	b.Helper()
+	p := writePolicy(b, yaml)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewRLS(newTestStore(b, time.Now), PolicyFunc(func() *policy.Policy { return p }), m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }

@@ -4,27 +4,15 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/extauthz/extauthz/pkg/policy"
 )
 
 // BenchmarkShouldRateLimit measures one call made in-process (no gRPC)
 // over the memory store: translation, matching, one batch, headers.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	p := writePolicy(b, edgePolicy)
-	m, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := NewRLS(newTestStore(b, time.Now), PolicyFunc(func() *policy.Policy { return p }), m)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := benchRLS(b, edgePolicy)
 	for _, n := range []int{1, 5} {
 		b.Run(strconv.Itoa(n)+"-descriptors", func(b *testing.B) {
 			reqs := make([]*rlsv3.RateLimitRequest, 1024)
