@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"bytes"
 	"strconv"
 	"time"
 
@@ -38,7 +39,7 @@ type quota struct {
 func rateLimitHeaders(qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
 	var f fields
 	if len(qs) > 0 {
-		f.begin(len(qs))
+		f.begin(2, qs)
 		for _, q := range qs {
 			f.item()
 			f.buf = appendSFString(f.buf, q.name)
@@ -120,9 +121,15 @@ type fields struct {
 	nItems int
 }
 
-// begin sizes the buffer for about n items per field.
-func (f *fields) begin(n int) {
-	f.buf = make([]byte, 0, 48*n+16)
+// begin sizes the buffer for fields that list qs (each field: a quoted
+// name and two integer parameters per quota, at most 40 bytes besides the
+// name), so that rendering never grows it.
+func (f *fields) begin(fieldsPerQuota int, qs []quota) {
+	n := 16
+	for _, q := range qs {
+		n += fieldsPerQuota * (len(q.name) + 40)
+	}
+	f.buf = make([]byte, 0, n)
 }
 
 // item opens an item of the current list.
@@ -136,10 +143,10 @@ func (f *fields) item() {
 // end closes the item, dropping it (and its separator) when an earlier
 // item of the list is the same.
 func (f *fields) end() {
-	it := string(f.buf[f.at:])
+	it := f.buf[f.at:]
 	for i := range f.nItems {
 		b := f.bounds(i)
-		if string(f.buf[b[0]:b[1]]) == it {
+		if bytes.Equal(f.buf[b[0]:b[1]], it) {
 			f.buf = f.buf[:max(f.at-2, f.start)]
 			return
 		}

@@ -45,7 +45,7 @@ func draft03Headers(keys [3]string, qs []quota, over bool, retry time.Duration) 
 				t = q
 			}
 		}
-		f.begin(len(qs) + 1)
+		f.begin(1, qs) // limit's items; remaining and reset fit in the slack
 		f.item()
 		f.buf = appendInt(f.buf, t.quota)
 		f.end()
