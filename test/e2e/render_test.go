@@ -31,6 +31,12 @@ type renderSpec struct {
 	// becomes type EDS, as Kubernetes endpoints reach Envoy through xDS.
 	// Everything else of the cluster stays the file's.
 	eds map[string]string
+	// otlp, when set (host:port of an OTLP/gRPC receiver), turns Envoy's
+	// tracing on: every HTTP connection manager gets the OpenTelemetry
+	// tracer with random_sampling 100, exporting through a static cluster
+	// "otlp" added for it, and a runtime layer makes Envoy export each span
+	// as it ends instead of in batches of 5 or every 5 s.
+	otlp string
 }
 
 var errRender = errors.New("render envoy config")
@@ -56,6 +62,11 @@ func renderEnvoy(src []byte, spec renderSpec) ([]byte, error) {
 	}
 	if err := renderClusters(res, spec.endpoints, spec.eds); err != nil {
 		return nil, err
+	}
+	if spec.otlp != "" {
+		if err := addTracing(doc, res, spec.otlp); err != nil {
+			return nil, err
+		}
 	}
 	return yaml.Marshal(doc)
 }
@@ -222,4 +233,70 @@ func stripRouteFilterConfigs(hcm map[string]any) {
 func asSlice(v any) []any {
 	s, _ := v.([]any)
 	return s
+}
+
+// otlpCluster is the cluster addTracing adds for Envoy's trace export.
+const otlpCluster = "otlp"
+
+// addTracing gives every HTTP connection manager the OpenTelemetry tracer,
+// sampling every request, exporting over gRPC to addr (renderSpec.otlp).
+func addTracing(doc, res map[string]any, addr string) error {
+	if _, ok := doc["layered_runtime"]; ok {
+		return fmt.Errorf("%w: layered_runtime already set; merge the tracing keys into it", errRender)
+	}
+	la, err := loadAssignment(otlpCluster, []string{addr})
+	if err != nil {
+		return err
+	}
+	res["clusters"] = append(asSlice(res["clusters"]), map[string]any{
+		"name":            otlpCluster,
+		"type":            "STATIC",
+		"connect_timeout": "1s",
+		"load_assignment": la,
+		"typed_extension_protocol_options": map[string]any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
+				"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+				"explicit_http_config": map[string]any{"http2_protocol_options": map[string]any{}},
+			},
+		},
+	})
+	// The OpenTelemetry tracer (one per worker) exports when it holds
+	// min_flush_spans spans or every flush_interval_ms.
+	doc["layered_runtime"] = map[string]any{"layers": []any{map[string]any{
+		"name": "tracing",
+		"static_layer": map[string]any{
+			"tracing.opentelemetry.min_flush_spans":   1,
+			"tracing.opentelemetry.flush_interval_ms": 100,
+		},
+	}}}
+	n := 0
+	for _, l := range asSlice(res["listeners"]) {
+		lm, _ := l.(map[string]any)
+		for _, ch := range asSlice(lm["filter_chains"]) {
+			chm, _ := ch.(map[string]any)
+			for _, f := range asSlice(chm["filters"]) {
+				fm, _ := f.(map[string]any)
+				hcm, _ := fm["typed_config"].(map[string]any)
+				if hcm == nil || fm["name"] != "envoy.filters.network.http_connection_manager" {
+					continue
+				}
+				hcm["tracing"] = map[string]any{
+					"random_sampling": map[string]any{"value": 100},
+					"provider": map[string]any{
+						"name": "envoy.tracers.opentelemetry",
+						"typed_config": map[string]any{
+							"@type":        "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
+							"grpc_service": map[string]any{"envoy_grpc": map[string]any{"cluster_name": otlpCluster}, "timeout": "1s"},
+							"service_name": "envoy",
+						},
+					},
+				}
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: no http_connection_manager to trace", errRender)
+	}
+	return nil
 }

@@ -33,6 +33,9 @@ type stackOpts struct {
 	// eds serves the extauthz cluster's endpoints from a file (EDS) that
 	// setEndpoints rewrites, instead of a static list.
 	eds bool
+	// otlp (host:port of an OTLP/gRPC receiver) turns Envoy's tracing on
+	// (renderSpec.otlp); the replicas' EXTAUTHZ_OTLP_ENDPOINT is opts.env's.
+	otlp string
 }
 
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
@@ -168,6 +171,7 @@ func (s *stack) startEnvoy(extauthzAddrs []string) {
 		listenerPorts: map[string]int{listenerName(s.opts.config): listener},
 		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "extauthz_replay": s.replayAddrs(), "upstream": {s.upAddr}},
 		stripFilters:  s.opts.stripFilters,
+		otlp:          s.opts.otlp,
 	}
 	if s.opts.eds {
 		s.edsPath = filepath.Join(s.dir, "eds", "extauthz.yaml")
