@@ -15,6 +15,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/extauthz/extauthz/internal/otlptest"
 )
 
 // Three callers' trace contexts, one per API, and the request values that
@@ -37,9 +39,9 @@ func traceparent(traceID, spanID string) string { return "00-" + traceID + "-" +
 func TestBinaryExportsTraces(t *testing.T) {
 	for _, protocol := range []string{"grpc", "http/protobuf"} {
 		t.Run(strings.ReplaceAll(protocol, "/", "_"), func(t *testing.T) {
-			recv := startOTLPReceiver(t, protocol)
+			recv := otlptest.Start(t, protocol)
 			p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t), "EXTAUTHZ_DRAIN_DELAY=0s",
-				"EXTAUTHZ_OTLP_ENDPOINT="+recv.url, "EXTAUTHZ_OTLP_PROTOCOL="+protocol,
+				"EXTAUTHZ_OTLP_ENDPOINT="+recv.URL, "EXTAUTHZ_OTLP_PROTOCOL="+protocol,
 				"OTEL_SERVICE_NAME=extauthz-test", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=ci")
 			callEveryAPI(t, p)
 			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -55,17 +57,17 @@ func TestBinaryExportsTraces(t *testing.T) {
 // exporter exists, so even the SDK's own endpoint variables, pointing at
 // live receivers, see no connection.
 func TestBinaryTracingOffExportsNothing(t *testing.T) {
-	grpcRecv, httpRecv := startOTLPReceiver(t, "grpc"), startOTLPReceiver(t, "http/protobuf")
+	grpcRecv, httpRecv := otlptest.Start(t, otlptest.GRPC), otlptest.Start(t, otlptest.HTTP)
 	p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t), "EXTAUTHZ_DRAIN_DELAY=0s", "EXTAUTHZ_OTLP_ENDPOINT=",
-		"OTEL_EXPORTER_OTLP_ENDPOINT="+grpcRecv.url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+httpRecv.url+"/v1/traces",
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+grpcRecv.URL, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+httpRecv.URL+"/v1/traces",
 		"OTEL_BSP_SCHEDULE_DELAY=10")
 	callEveryAPI(t, p)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	p.waitCleanExit(t, 15*time.Second, "after SIGTERM")
-	for name, r := range map[string]*otlpReceiver{"grpc": grpcRecv, "http": httpRecv} {
-		if n, spans := r.conns.Load(), len(r.spans()); n != 0 || spans != 0 {
+	for name, r := range map[string]*otlptest.Receiver{"grpc": grpcRecv, "http": httpRecv} {
+		if n, spans := r.Conns(), len(r.Spans()); n != 0 || spans != 0 {
 			t.Errorf("%s receiver: %d connections, %d spans; want none", name, n, spans)
 		}
 	}
@@ -151,9 +153,9 @@ func storeOnePayment(t *testing.T, ctx context.Context, p *proc) {
 }
 
 // checkExported checks what callEveryAPI left in recv.
-func checkExported(t *testing.T, recv *otlpReceiver) {
+func checkExported(t *testing.T, recv *otlptest.Receiver) {
 	t.Helper()
-	spans := recv.spans()
+	spans := recv.Spans()
 	for _, c := range []struct {
 		server, traceID, parent string
 		attrs                   map[string]string
@@ -170,22 +172,22 @@ func checkExported(t *testing.T, recv *otlpReceiver) {
 			[]string{"idempotency.Store/Begin", "idempotency.Store/Complete"}},
 	} {
 		server := findSpan(t, spans, c.server, c.traceID)
-		if server.parentSpanID() != c.parent || server.GetKind().String() != "SPAN_KIND_SERVER" {
-			t.Errorf("%s: parent %s, kind %v; want %s, server", c.server, server.parentSpanID(), server.GetKind(), c.parent)
+		if server.ParentSpanID() != c.parent || server.GetKind().String() != "SPAN_KIND_SERVER" {
+			t.Errorf("%s: parent %s, kind %v; want %s, server", c.server, server.ParentSpanID(), server.GetKind(), c.parent)
 		}
 		c.attrs["rpc.system.name"], c.attrs["rpc.method"], c.attrs["rpc.response.status_code"] = "grpc", c.server, "OK"
-		wantAttrs(t, c.server, server.attrs(), c.attrs)
-		wantAttrs(t, c.server+" resource", server.resource, map[string]string{
+		wantAttrs(t, c.server, server.Attrs(), c.attrs)
+		wantAttrs(t, c.server+" resource", server.Resource, map[string]string{
 			"service.name": "extauthz-test", "service.version": testVersion, "deployment.environment.name": "ci"})
 		for _, name := range c.stores {
 			store := findSpan(t, spans, name, c.traceID)
-			if store.parentSpanID() != server.spanID() || store.GetKind().String() != "SPAN_KIND_CLIENT" {
-				t.Errorf("%s in %s: parent %s, kind %v; want the server span %s, client", name, c.server, store.parentSpanID(), store.GetKind(), server.spanID())
+			if store.ParentSpanID() != server.SpanID() || store.GetKind().String() != "SPAN_KIND_CLIENT" {
+				t.Errorf("%s in %s: parent %s, kind %v; want the server span %s, client", name, c.server, store.ParentSpanID(), store.GetKind(), server.SpanID())
 			}
-			wantAttrs(t, name, store.attrs(), map[string]string{"extauthz.store.backend": "memory"})
+			wantAttrs(t, name, store.Attrs(), map[string]string{"extauthz.store.backend": "memory"})
 		}
 	}
-	for _, kv := range recv.every() {
+	for _, kv := range recv.Every() {
 		for _, secret := range []string{secretTenant, secretKey, secretKey2, "/orders/1", "/payments"} {
 			if strings.Contains(kv, secret) {
 				t.Errorf("exported attribute %q holds the request value %q", kv, secret)
@@ -195,18 +197,18 @@ func checkExported(t *testing.T, recv *otlpReceiver) {
 }
 
 // findSpan returns the one span named name in trace traceID.
-func findSpan(t *testing.T, spans []receivedSpan, name, traceID string) receivedSpan {
+func findSpan(t *testing.T, spans []otlptest.Span, name, traceID string) otlptest.Span {
 	t.Helper()
-	var found []receivedSpan
+	var found []otlptest.Span
 	for _, s := range spans {
-		if s.GetName() == name && s.traceID() == traceID {
+		if s.GetName() == name && s.TraceID() == traceID {
 			found = append(found, s)
 		}
 	}
 	if len(found) != 1 {
 		var all []string
 		for _, s := range spans {
-			all = append(all, s.GetName()+"@"+s.traceID())
+			all = append(all, s.GetName()+"@"+s.TraceID())
 		}
 		t.Fatalf("%d spans %s in trace %s, want 1; received %v", len(found), name, traceID, all)
 	}

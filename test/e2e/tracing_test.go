@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/extauthz/extauthz/internal/otlptest"
 )
 
 // The extauthz server spans, by the API whose call they are, and the name of
@@ -36,7 +38,7 @@ func TestEnvoyTracing(t *testing.T) {
 	// Envoy 1.40 for RLS, ext_authz and ext_proc alike.
 	t.Run("envoy_traces", func(t *testing.T) {
 		t.Parallel()
-		recv := startOTLPReceiver(t)
+		recv := otlptest.Start(t, otlptest.GRPC)
 		s := newStack(t, tracingOpts(recv, true))
 		cases := []struct {
 			name        string
@@ -61,9 +63,9 @@ func TestEnvoyTracing(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", c.name, err, dump(spans))
 			}
-			if c.traceparent != "" && (ingress.traceID() != clientTrace || ingress.parentID() != clientSpan) {
+			if c.traceparent != "" && (ingress.TraceID() != clientTrace || ingress.ParentSpanID() != clientSpan) {
 				t.Errorf("%s: Envoy's ingress span is in trace %s under %s, want the client's %s under %s",
-					c.name, ingress.traceID(), ingress.parentID(), clientTrace, clientSpan)
+					c.name, ingress.TraceID(), ingress.ParentSpanID(), clientTrace, clientSpan)
 			}
 			for _, api := range tracedAPIs {
 				if err := childOfEgress(spans, ingress, api.server, api.egress); err != nil {
@@ -82,7 +84,7 @@ func TestEnvoyTracing(t *testing.T) {
 	// starts a trace of its own.
 	t.Run("envoy_does_not_trace", func(t *testing.T) {
 		t.Parallel()
-		recv := startOTLPReceiver(t)
+		recv := otlptest.Start(t, otlptest.GRPC)
 		s := newStack(t, tracingOpts(recv, false))
 		path := "/orders?trace=" + uniq("headers")
 		h := map[string]string{"x-tenant-id": uniq("trace"), "traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}
@@ -91,8 +93,8 @@ func TestEnvoyTracing(t *testing.T) {
 		}
 		spans := waitSpans(t, recv, 0, 3)
 		for _, sp := range spans {
-			if sp.service != "extauthz" {
-				t.Errorf("span %q from %q: Envoy has no tracer here", sp.GetName(), sp.service)
+			if sp.Service() != "extauthz" {
+				t.Errorf("span %q from %q: Envoy has no tracer here", sp.GetName(), sp.Service())
 			}
 		}
 		for _, api := range tracedAPIs {
@@ -104,14 +106,14 @@ func TestEnvoyTracing(t *testing.T) {
 			wantTrace, wantParent := clientTrace, clientSpan
 			if strings.Contains(api.server, "ratelimit") {
 				wantParent = "" // a root span; its trace ID is random
-				if sp.traceID() == clientTrace {
+				if sp.TraceID() == clientTrace {
 					t.Errorf("%s is in the client's trace: the RLS call has no headers to take it from", api.server)
 				}
-			} else if sp.traceID() != wantTrace {
-				t.Errorf("%s in trace %s, want the client's %s", api.server, sp.traceID(), wantTrace)
+			} else if sp.TraceID() != wantTrace {
+				t.Errorf("%s in trace %s, want the client's %s", api.server, sp.TraceID(), wantTrace)
 			}
-			if sp.parentID() != wantParent {
-				t.Errorf("%s has parent %q, want %q", api.server, sp.parentID(), wantParent)
+			if sp.ParentSpanID() != wantParent {
+				t.Errorf("%s has parent %q, want %q", api.server, sp.ParentSpanID(), wantParent)
 			}
 		}
 		if t.Failed() {
@@ -122,29 +124,29 @@ func TestEnvoyTracing(t *testing.T) {
 
 // tracingOpts is a one-replica front-proxy stack exporting to recv; Envoy
 // traces when envoyTraces. extauthz exports its batches every 50ms.
-func tracingOpts(recv *otlpReceiver, envoyTraces bool) stackOpts {
+func tracingOpts(recv *otlptest.Receiver, envoyTraces bool) stackOpts {
 	o := stackOpts{replicas: 1, env: []string{
-		"EXTAUTHZ_OTLP_ENDPOINT=http://" + recv.addr, "EXTAUTHZ_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=50",
+		"EXTAUTHZ_OTLP_ENDPOINT=http://" + recv.Addr, "EXTAUTHZ_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=50",
 	}}
 	if envoyTraces {
-		o.otlp = recv.addr
+		o.otlp = recv.Addr
 	}
 	return o
 }
 
 // waitSpans polls recv until Envoy's spans number at least envoy and
 // extauthz's server spans at least extauthz, for at most 20s.
-func waitSpans(t *testing.T, recv *otlpReceiver, envoy, extauthz int) []span {
+func waitSpans(t *testing.T, recv *otlptest.Receiver, envoy, extauthz int) []otlptest.Span {
 	t.Helper()
-	var spans []span
+	var spans []otlptest.Span
 	err := waitFor(nil, 20*time.Second, func() error {
-		spans = recv.spans()
+		spans = recv.Spans()
 		var e, x int
 		for _, sp := range spans {
 			switch {
-			case sp.service == "envoy":
+			case sp.Service() == "envoy":
 				e++
-			case sp.service == "extauthz" && sp.GetKind().String() == "SPAN_KIND_SERVER":
+			case sp.Service() == "extauthz" && sp.GetKind().String() == "SPAN_KIND_SERVER":
 				x++
 			}
 		}
@@ -160,18 +162,18 @@ func waitSpans(t *testing.T, recv *otlpReceiver, envoy, extauthz int) []span {
 }
 
 // ingressSpan is Envoy's server span of the request for path.
-func ingressSpan(spans []span, path string) (span, error) {
-	var found []span
+func ingressSpan(spans []otlptest.Span, path string) (otlptest.Span, error) {
+	var found []otlptest.Span
 	for _, sp := range spans {
-		if sp.service == "envoy" && sp.GetName() == "ingress" && strings.HasSuffix(sp.attr("http.url"), path) {
+		if sp.Service() == "envoy" && sp.GetName() == "ingress" && strings.HasSuffix(sp.Attrs()["http.url"], path) {
 			found = append(found, sp)
 		}
 	}
 	if len(found) != 1 {
-		return span{}, fmt.Errorf("%d Envoy ingress spans with http.url ending in %s, want 1", len(found), path)
+		return otlptest.Span{}, fmt.Errorf("%d Envoy ingress spans with http.url ending in %s, want 1", len(found), path)
 	}
 	if k := found[0].GetKind().String(); k != "SPAN_KIND_SERVER" {
-		return span{}, fmt.Errorf("Envoy's ingress span is %s, want SPAN_KIND_SERVER", k)
+		return otlptest.Span{}, fmt.Errorf("Envoy's ingress span is %s, want SPAN_KIND_SERVER", k)
 	}
 	return found[0], nil
 }
@@ -179,8 +181,8 @@ func ingressSpan(spans []span, path string) (span, error) {
 // childOfEgress checks that ingress's trace has exactly one extauthz span
 // named server, whose parent is the one Envoy span named egress in that
 // trace, itself a client span and a child of ingress.
-func childOfEgress(spans []span, ingress span, server, egress string) error {
-	trace := ingress.traceID()
+func childOfEgress(spans []otlptest.Span, ingress otlptest.Span, server, egress string) error {
+	trace := ingress.TraceID()
 	out, err := one(spans, "extauthz", server, trace)
 	if err != nil {
 		return err
@@ -189,35 +191,35 @@ func childOfEgress(spans []span, ingress span, server, egress string) error {
 	if err != nil {
 		return err
 	}
-	if k := call.GetKind().String(); k != "SPAN_KIND_CLIENT" || call.parentID() != ingress.spanID() {
-		return fmt.Errorf("Envoy's %q is %s under %s, want SPAN_KIND_CLIENT under the ingress span %s", egress, k, call.parentID(), ingress.spanID())
+	if k := call.GetKind().String(); k != "SPAN_KIND_CLIENT" || call.ParentSpanID() != ingress.SpanID() {
+		return fmt.Errorf("Envoy's %q is %s under %s, want SPAN_KIND_CLIENT under the ingress span %s", egress, k, call.ParentSpanID(), ingress.SpanID())
 	}
-	if out.parentID() != call.spanID() {
-		return fmt.Errorf("%s has parent %s, want Envoy's %q %s", server, out.parentID(), egress, call.spanID())
+	if out.ParentSpanID() != call.SpanID() {
+		return fmt.Errorf("%s has parent %s, want Envoy's %q %s", server, out.ParentSpanID(), egress, call.SpanID())
 	}
 	return nil
 }
 
 // one returns the single span of service named name in trace ("" = any).
-func one(spans []span, service, name, trace string) (span, error) {
-	var found []span
+func one(spans []otlptest.Span, service, name, trace string) (otlptest.Span, error) {
+	var found []otlptest.Span
 	for _, sp := range spans {
-		if sp.service == service && sp.GetName() == name && (trace == "" || sp.traceID() == trace) {
+		if sp.Service() == service && sp.GetName() == name && (trace == "" || sp.TraceID() == trace) {
 			found = append(found, sp)
 		}
 	}
 	if len(found) != 1 {
-		return span{}, fmt.Errorf("%d %s spans %q in trace %q, want 1", len(found), service, name, trace)
+		return otlptest.Span{}, fmt.Errorf("%d %s spans %q in trace %q, want 1", len(found), service, name, trace)
 	}
 	return found[0], nil
 }
 
 // dump lists spans one a line, sorted by trace, for failure messages.
-func dump(spans []span) string {
+func dump(spans []otlptest.Span) string {
 	lines := make([]string, 0, len(spans))
 	for _, sp := range spans {
-		lines = append(lines, fmt.Sprintf("trace=%s span=%s parent=%-16s %s %s %q", sp.traceID(), sp.spanID(), sp.parentID(),
-			sp.service, strings.TrimPrefix(sp.GetKind().String(), "SPAN_KIND_"), sp.GetName()))
+		lines = append(lines, fmt.Sprintf("trace=%s span=%s parent=%-16s %s %s %q", sp.TraceID(), sp.SpanID(), sp.ParentSpanID(),
+			sp.Service(), strings.TrimPrefix(sp.GetKind().String(), "SPAN_KIND_"), sp.GetName()))
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
