@@ -94,8 +94,8 @@ func (s *stack) grpcAddrs() []string {
 	return out
 }
 
-// envoyHosts lists the hosts of an Envoy cluster (admin /clusters), sorted.
-func (s *stack) envoyHosts(t *testing.T, cluster string) []string {
+// clusterLines is Envoy's admin /clusters, a line each.
+func (s *stack) clusterLines(t *testing.T) []string {
 	t.Helper()
 	resp, err := probeClient.Get(s.admin + "/clusters")
 	if err != nil {
@@ -106,8 +106,14 @@ func (s *stack) envoyHosts(t *testing.T, cluster string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return strings.Split(string(body), "\n")
+}
+
+// envoyHosts lists the hosts of an Envoy cluster (admin /clusters), sorted.
+func (s *stack) envoyHosts(t *testing.T, cluster string) []string {
+	t.Helper()
 	seen := map[string]bool{}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range s.clusterLines(t) {
 		parts := strings.Split(line, "::")
 		if len(parts) >= 3 && parts[0] == cluster && strings.Contains(parts[1], ":") {
 			seen[parts[1]] = true
@@ -317,17 +323,8 @@ func TestEjectedReplicaReadmitted(t *testing.T) {
 // a list such as "/failed_active_hc/failed_outlier_check").
 func (s *stack) hostFlags(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := probeClient.Get(s.admin + "/clusters")
-	if err != nil {
-		t.Fatalf("envoy clusters: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	prefix := "extauthz::" + addr + "::health_flags::"
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range s.clusterLines(t) {
 		if strings.HasPrefix(line, prefix) {
 			return strings.TrimPrefix(line, prefix)
 		}
