@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -91,6 +92,8 @@ func (p *proc) tail(n int) string {
 // freePort returns a loopback port that was free a moment ago (never 6379).
 func freePort(t testing.TB) int {
 	t.Helper()
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -98,11 +101,21 @@ func freePort(t testing.TB) int {
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
-		if port != 6379 {
+		if port != 6379 && !handedOut.ports[port] {
+			handedOut.ports[port] = true
 			return port
 		}
 	}
 }
+
+// handedOut are the ports freePort returned: a port is free only until its
+// process binds it, and tests run in parallel, so the kernel may offer one
+// again before then. Two Envoys on one port share it (listeners use
+// SO_REUSEPORT) or one exits, and a test reads the other's answers.
+var handedOut = struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // waitFor polls check every 20ms until it returns nil, p exits, or timeout.
 func waitFor(p *proc, timeout time.Duration, check func() error) error {

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,7 +202,7 @@ func (s *stack) startEnvoy(extauthzAddrs []string) {
 		"--service-node", "e2e", "--service-cluster", "e2e",
 	}, nil)
 	s.t.Cleanup(func() { s.envoy.stop(5 * time.Second) })
-	if err := waitFor(s.envoy, 30*time.Second, func() error { return httpOK(s.admin + "/ready") }); err != nil {
+	if err := waitFor(s.envoy, 30*time.Second, func() error { return ownEnvoyReady(s.admin, cfgPath) }); err != nil {
 		s.t.Fatalf("envoy: %v\n%s", err, tailFile(filepath.Join(s.dir, "envoy-server.log"), 40))
 	}
 }
@@ -249,6 +251,29 @@ func tailFile(path string, n int) string {
 }
 
 var probeClient = &http.Client{Timeout: time.Second}
+
+// ownEnvoyReady checks that the Envoy answering on admin is ready and is
+// the one started with cfgPath: an Envoy that lost its ports to another
+// test's exits, while the other would answer for it, and the test would
+// read that one's stats.
+func ownEnvoyReady(admin, cfgPath string) error {
+	if err := httpOK(admin + "/ready"); err != nil {
+		return err
+	}
+	resp, err := probeClient.Get(admin + "/server_info")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(body), cfgPath) {
+		return fmt.Errorf("%s is another Envoy's admin (its server_info does not name %s)", admin, cfgPath)
+	}
+	return nil
+}
 
 func httpOK(url string) error {
 	resp, err := probeClient.Get(url)
