@@ -37,6 +37,7 @@ func serveMain(ctx context.Context, stderr io.Writer) int {
 	}
 	level, _ := cfg.slogLevel() // validated
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	tuneGC(log)
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("exiting", "err", err)
 		return 1

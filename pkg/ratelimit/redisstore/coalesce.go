@@ -250,7 +250,7 @@ func batchContext(calls []*call) (context.Context, context.CancelFunc) {
 func (s *Store) runScript(ctx context.Context, keys []string, args []any) noRetryCmd {
 	cmd := decideCmd(ctx, true, keys, args)
 	err := s.client.Process(ctx, cmd)
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if isNoScript(err) {
 		cmd = decideCmd(ctx, false, keys, args)
 		_ = s.client.Process(ctx, cmd) // the error is on cmd
 	}
@@ -264,7 +264,7 @@ func (s *Store) runPipeline(ctx context.Context, keys [][]string, args [][]any) 
 	cmds := s.pipeline(ctx, true, keys, args, allIndexes(len(keys)))
 	var missing []int
 	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+		if isNoScript(c.Err()) {
 			missing = append(missing, i)
 		}
 	}

@@ -220,3 +220,10 @@ func parseReply(v any, limits int) (ratelimit.Decision, error) {
 	}
 	return d, nil
 }
+
+// isNoScript reports a NOSCRIPT reply: the node does not hold the script,
+// so the command did not run. The nil check first keeps the common case
+// free: redis.HasErrorPrefix allocates on every call, error or not.
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}

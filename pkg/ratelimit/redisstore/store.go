@@ -148,7 +148,7 @@ func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.
 	keys, args := requestKeys(s.prefix, req), scriptArgs(req, s.fixedNow())
 	cmd := decideCmd(ctx, true, keys, args)
 	err := s.client.Process(ctx, cmd)
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if isNoScript(err) {
 		cmd = decideCmd(ctx, false, keys, args)
 		err = s.client.Process(ctx, cmd)
 	}
