@@ -55,7 +55,8 @@ for pair in gcra:1 sliding_log:2 sliding_window:3 fixed_window:4; do
 	alg=${pair%:*} code=${pair#*:}
 	only=$(rcli script load "$(only "$alg")")
 	one=$only
-	case $alg in gcra | fixed_window) one=$(rcli script load "$(cat pkg/ratelimit/redisstore/single.lua)") ;; esac
+	# single.lua's "single" script: the file without its "batch" block (as script.go).
+	case $alg in gcra | fixed_window) one=$(rcli script load "$(awk '/^-- >>> main batch/ {skip = 1} !skip {print} /^-- <<< main batch/ {skip = 0}' pkg/ratelimit/redisstore/single.lua)") ;; esac
 	a=() o=() s=() b=()
 	for _ in $(seq "$ROUNDS"); do
 		[ -n "$BASELINE" ] && b+=("$(cost "$base" "$code" "$alg")")

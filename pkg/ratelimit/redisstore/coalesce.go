@@ -201,19 +201,84 @@ func (s *Store) send(batch []*call) {
 		return
 	case 1:
 		c := live[0]
-		cmd := s.runScript(c.ctx, c.keys, c.args)
+		cmd := s.runScript(c.ctx, scriptCall{scriptFor(c.args), c.keys, c.args})
 		c.answer(cmd.Result())
 		return
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	keys := make([][]string, len(live))
-	args := make([][]any, len(live))
-	for i, c := range live {
-		keys[i], args[i] = c.keys, c.args
+	var together, apart []*call
+	if s.batchScripts {
+		together, apart = splitBatchable(live)
 	}
-	for i, cmd := range s.runPipeline(ctx, keys, args) {
-		live[i].answer(cmd.Result())
+	if len(together) < 2 {
+		together, apart = nil, live
+	}
+	calls := make([]scriptCall, 0, len(apart)+1)
+	for _, c := range apart {
+		calls = append(calls, scriptCall{scriptFor(c.args), c.keys, c.args})
+	}
+	if together != nil {
+		calls = append(calls, batchCall(together))
+	}
+	cmds := s.runPipeline(ctx, calls)
+	for i, c := range apart {
+		c.answer(cmds[i].Result())
+	}
+	if together != nil {
+		answerBatch(together, cmds[len(apart)])
+	}
+}
+
+// splitBatchable separates the calls single.lua decides (one gcra or
+// fixed_window limit), which can share one batch script call, from the
+// others.
+func splitBatchable(live []*call) (together, apart []*call) {
+	for _, c := range live {
+		if scriptFor(c.args) == decideSingle {
+			together = append(together, c)
+		} else {
+			apart = append(apart, c)
+		}
+	}
+	return together, apart
+}
+
+// batchCall is one call of single.lua's batch script deciding every call
+// in calls (each one limit): KEYS is their keys in order; ARGV is the shared
+// clock, then each call's hits and limit.
+func batchCall(calls []*call) scriptCall {
+	keys := make([]string, len(calls))
+	args := make([]any, 1, 1+len(calls)*(1+limitArgs))
+	args[0] = calls[0].args[argNow] // the store's clock: the same in every call
+	for i, c := range calls {
+		keys[i] = c.keys[0]
+		args = append(args, c.args[argHits])
+		args = append(args, c.args[argFirstLimit:argFirstLimit+limitArgs]...)
+	}
+	return scriptCall{decideBatch, keys, args}
+}
+
+// answerBatch answers each call from its element of the batch script's
+// reply: its decision, or its own error. A failed command fails them all;
+// none is sent again (it may have run).
+func answerBatch(calls []*call, cmd noRetryCmd) {
+	v, err := cmd.Result()
+	arr, ok := v.([]any)
+	if err == nil && (!ok || len(arr) != len(calls)) {
+		err = fmt.Errorf("%w: batch of %d answered with %T of %d", ErrUnexpectedReply, len(calls), v, len(arr))
+	}
+	for i, c := range calls {
+		switch {
+		case err != nil:
+			c.answer(nil, err)
+		default:
+			if e, isErr := arr[i].(error); isErr {
+				c.answer(nil, e)
+			} else {
+				c.answer(arr[i], nil)
+			}
+		}
 	}
 }
 
@@ -245,23 +310,34 @@ func batchContext(calls []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
 }
 
-// runScript runs one request with EVALSHA, falling back to EVAL on NOSCRIPT
+// scriptCall is one script command: which script, its KEYS and ARGV.
+type scriptCall struct {
+	sc   script
+	keys []string
+	args []any
+}
+
+func (c scriptCall) cmd(ctx context.Context, sha bool) noRetryCmd {
+	return scriptCmd(ctx, sha, c.sc, c.keys, c.args)
+}
+
+// runScript runs one script with EVALSHA, falling back to EVAL on NOSCRIPT
 // (which means the script did not run, so sending it again is safe).
-func (s *Store) runScript(ctx context.Context, keys []string, args []any) noRetryCmd {
-	cmd := decideCmd(ctx, true, keys, args)
+func (s *Store) runScript(ctx context.Context, c scriptCall) noRetryCmd {
+	cmd := c.cmd(ctx, true)
 	err := s.client.Process(ctx, cmd)
 	if isNoScript(err) {
-		cmd = decideCmd(ctx, false, keys, args)
+		cmd = c.cmd(ctx, false)
 		_ = s.client.Process(ctx, cmd) // the error is on cmd
 	}
 	return cmd
 }
 
-// runPipeline sends every request as EVALSHA in one pipeline; those a node
-// answers NOSCRIPT (an empty script cache after a restart or failover) are
-// sent again with EVAL, which loads the script there.
-func (s *Store) runPipeline(ctx context.Context, keys [][]string, args [][]any) []noRetryCmd {
-	cmds := s.pipeline(ctx, true, keys, args, allIndexes(len(keys)))
+// runPipeline sends every script call as EVALSHA in one pipeline; those a
+// node answers NOSCRIPT (an empty script cache after a restart or failover)
+// are sent again with EVAL, which loads the script there.
+func (s *Store) runPipeline(ctx context.Context, calls []scriptCall) []noRetryCmd {
+	cmds := s.pipeline(ctx, true, calls, allIndexes(len(calls)))
 	var missing []int
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -269,7 +345,7 @@ func (s *Store) runPipeline(ctx context.Context, keys [][]string, args [][]any) 
 		}
 	}
 	if len(missing) > 0 {
-		retried := s.pipeline(ctx, false, keys, args, missing)
+		retried := s.pipeline(ctx, false, calls, missing)
 		for j, i := range missing {
 			cmds[i] = retried[j]
 		}

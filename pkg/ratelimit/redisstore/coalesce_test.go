@@ -21,8 +21,8 @@ type gate struct {
 	held     atomic.Bool
 	mu       sync.Mutex
 	singles  int
-	batches  []int      // size of each script pipeline
-	sentKeys [][]string // KEYS of every script command, in send order
+	batches  []int      // decisions in each script pipeline
+	sentKeys [][]string // KEYS of every decision, in send order
 	// beforePipeline, when set, runs before a script pipeline is sent.
 	beforePipeline func()
 }
@@ -31,9 +31,18 @@ func newGate() *gate { return &gate{release: make(chan struct{})} }
 
 func isScript(c redis.Cmder) bool { return c.Name() == "evalsha" || c.Name() == "eval" }
 
-func (g *gate) record(cmds []redis.Cmder) {
+// isBatch reports a call of single.lua's batch script, whose every key is
+// one decision.
+func isBatch(c redis.Cmder) bool {
+	a := c.Args()
+	return a[1] == decideBatch.sha || a[1] == decideBatch.src
+}
+
+// record notes the decisions cmds carry and returns how many.
+func (g *gate) record(cmds []redis.Cmder) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	decisions := 0
 	for _, c := range cmds {
 		a := c.Args()
 		n := int(a[2].(int))
@@ -41,8 +50,17 @@ func (g *gate) record(cmds []redis.Cmder) {
 		for i := range keys {
 			keys[i] = a[3+i].(string)
 		}
-		g.sentKeys = append(g.sentKeys, keys)
+		if !isBatch(c) {
+			g.sentKeys = append(g.sentKeys, keys)
+			decisions++
+			continue
+		}
+		for _, k := range keys {
+			g.sentKeys = append(g.sentKeys, []string{k})
+		}
+		decisions += n
 	}
+	return decisions
 }
 
 func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -52,7 +70,12 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !isScript(cmd) {
 			return next(ctx, cmd)
 		}
-		g.record([]redis.Cmder{cmd})
+		if n := g.record([]redis.Cmder{cmd}); n > 1 {
+			g.mu.Lock()
+			g.batches = append(g.batches, n) // a batch script sent alone
+			g.mu.Unlock()
+			return next(ctx, cmd)
+		}
 		g.mu.Lock()
 		g.singles++
 		g.mu.Unlock()
@@ -68,9 +91,9 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		if len(cmds) == 0 || !isScript(cmds[0]) {
 			return next(ctx, cmds)
 		}
-		g.record(cmds)
+		n := g.record(cmds)
 		g.mu.Lock()
-		g.batches = append(g.batches, len(cmds))
+		g.batches = append(g.batches, n)
 		g.mu.Unlock()
 		if g.beforePipeline != nil {
 			g.beforePipeline()
@@ -157,6 +180,9 @@ func TestMaxBatchBoundsAPipeline(t *testing.T) {
 	client.AddHook(g)
 	s, err := New(client, Options{MaxBatch: 4})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(context.Background()); err != nil { // no NOSCRIPT pass
 		t.Fatal(err)
 	}
 	l := limitFor(ratelimit.GCRA, 100, time.Hour)

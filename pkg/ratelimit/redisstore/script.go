@@ -38,25 +38,25 @@ var decideAll = newScript(decideSrc)
 var decideOnly = func() map[int]script {
 	m := make(map[int]script, len(algCodes))
 	for alg, code := range algCodes {
-		m[code] = newScript(onlyAlgorithm(decideSrc, string(alg)))
+		m[code] = newScript(onlyBlock(decideSrc, "alg", string(alg)))
 	}
 	return m
 }()
 
-// onlyAlgorithm drops from src every block between "-- >>> alg NAME" and
-// "-- <<< alg NAME" lines whose NAME is not keep.
-func onlyAlgorithm(src, keep string) string {
+// onlyBlock drops from src every block between "-- >>> KIND NAME" and
+// "-- <<< KIND NAME" lines whose NAME is not keep.
+func onlyBlock(src, kind, keep string) string {
 	var b strings.Builder
 	skipping := false
 	for _, line := range strings.SplitAfter(src, "\n") {
 		trimmed := strings.TrimSpace(line)
-		if name, ok := strings.CutPrefix(trimmed, "-- >>> alg "); ok && name != keep {
+		if name, ok := strings.CutPrefix(trimmed, "-- >>> "+kind+" "); ok && name != keep {
 			skipping = true
 		}
 		if !skipping {
 			b.WriteString(line)
 		}
-		if name, ok := strings.CutPrefix(trimmed, "-- <<< alg "); ok && name != keep {
+		if name, ok := strings.CutPrefix(trimmed, "-- <<< "+kind+" "); ok && name != keep {
 			skipping = false
 		}
 	}
@@ -66,10 +66,15 @@ func onlyAlgorithm(src, keep string) string {
 //go:embed single.lua
 var singleSrc string
 
-// decideSingle is single.lua: one gcra or fixed_window limit, decided
-// without decide.lua's per-call closures and tables (a third less Redis
-// time per call; see the file).
-var decideSingle = newScript(singleSrc)
+// decideSingle is single.lua's "single" script: one gcra or fixed_window
+// limit, decided without decide.lua's per-call closures and tables (a third
+// less Redis time per call; see the file).
+var decideSingle = newScript(onlyBlock(singleSrc, "main", "single"))
+
+// decideBatch is single.lua's "batch" script: many requests that
+// decideSingle would decide, in one call to a standalone server (see
+// batchCall).
+var decideBatch = newScript(onlyBlock(singleSrc, "main", "batch"))
 
 // singleCodes are the algorithm codes single.lua decides.
 var singleCodes = map[int]bool{algCodes[ratelimit.GCRA]: true, algCodes[ratelimit.FixedWindow]: true}
@@ -95,7 +100,7 @@ func scriptFor(args []any) script {
 
 // allScripts is every script the store may run, for loading up front.
 func allScripts() []script {
-	out := []script{decideAll, decideSingle}
+	out := []script{decideAll, decideSingle, decideBatch}
 	for _, s := range decideOnly {
 		out = append(out, s)
 	}
@@ -112,10 +117,8 @@ type noRetryCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis not to retry the command.
 func (noRetryCmd) NoRetry() bool { return true }
 
-// decideCmd builds EVALSHA (sha) or EVAL of the request's script (see
-// scriptFor).
-func decideCmd(ctx context.Context, sha bool, keys []string, args []any) noRetryCmd {
-	sc := scriptFor(args)
+// scriptCmd builds EVALSHA (sha) or EVAL of sc.
+func scriptCmd(ctx context.Context, sha bool, sc script, keys []string, args []any) noRetryCmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	if sha {
 		a = append(a, "evalsha", sc.sha)

@@ -1,6 +1,8 @@
 -- single.lua: decide.lua for a request with exactly one limit, written
 -- straight through for the two algorithms such requests use most (gcra and
--- fixed_window; the others run decide.lua).
+-- fixed_window; the others run decide.lua). The file holds two scripts
+-- (script.go cuts them apart at the "-- >>> main" lines): "single" decides
+-- one request, "batch" decides many in one call.
 --
 -- Why a second copy: EVALSHA runs a script's whole chunk on every call, so
 -- decide.lua's helper closures, decider table, charge closures and reply
@@ -8,62 +10,96 @@
 -- bench/scriptcost.sh's method (redis-benchmark, INFO commandstats), they
 -- are about a third of Redis's time per call for one fixed_window limit.
 --
--- KEYS, ARGV and the reply are decide.lua's, for one limit:
+-- Why a batch: Redis's fixed cost of a script call (finding it, setting up
+-- KEYS and ARGV, TIME, turning the reply into RESP) is as large as the
+-- decision itself; coalesced decisions bound for one standalone server share
+-- it (a third less Redis CPU per decision; docs/benchmarks-redis.md). Each
+-- decision in a batch runs under pcall, so one that fails (a key of the
+-- wrong type, out of memory) answers with its own error and the others
+-- stand, exactly as separate calls in a pipeline would. A cluster never gets
+-- a batch: its keys would span slots.
+--
+-- single: KEYS, ARGV and the reply are decide.lua's, for one limit:
 -- KEYS[1]; ARGV = hits, now ("" = Redis's clock), algorithm code, requests,
 -- period (us), burst; reply {all_allowed, allowed, limit, remaining,
--- reset_after_us, retry_after_us}. The arithmetic is decide.lua's, line for
--- line: TestScriptMatchesGoAlgorithms holds both scripts to package
--- ratelimit's algorithms. Change them together.
+-- reset_after_us, retry_after_us}.
+-- batch: KEYS[i] per decision; ARGV = now, then per decision hits,
+-- algorithm code, requests, period (us), burst; reply: per decision the
+-- single reply, or an error.
+--
+-- The arithmetic is decide.lua's, line for line: TestScriptMatchesGoAlgorithms
+-- holds both scripts to package ratelimit's algorithms. Change them together.
 
-local hits = tonumber(ARGV[1])
-local now, ttlFloor
-if ARGV[2] ~= '' then
-  now, ttlFloor = tonumber(ARGV[2]), 3600000
-else
+-- clock is now in microseconds and the floor of every TTL in ms: Redis's
+-- clock, or a fixed instant (tests) whose keys must outlive real time.
+local function clock(arg)
+  if arg ~= '' then
+    return tonumber(arg), 3600000
+  end
   local t = redis.call('TIME')
-  now, ttlFloor = tonumber(t[1]) * 1000000 + tonumber(t[2]), 1
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]), 1
 end
-local key, code = KEYS[1], ARGV[3]
-local r, p, b = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
 -- A TTL in whole milliseconds, rounded up, as decide.lua's ms().
-local function pttl(us)
+local function pttl(us, ttlFloor)
   return string.format('%.0f', math.max(math.floor((us + 999) / 1000), ttlFloor))
 end
 
-if code == '1' then -- gcra
-  if b == 0 then b = r end
-  local t = math.max(math.floor(p / r), 1)
-  local dvt = t * b
-  local tat = math.max(tonumber(redis.call('GET', key)) or now, now)
-  local newTat = tat + hits * t
-  local allowAt = newTat - dvt
-  local limit = math.max(r, b)
-  if now < allowAt then
-    return {0, 0, limit, math.max(math.floor((dvt - (tat - now)) / t), 0), tat - now, allowAt - now}
+local function decide(key, now, ttlFloor, hits, code, r, p, b)
+  if code == '1' then -- gcra
+    if b == 0 then b = r end
+    local t = math.max(math.floor(p / r), 1)
+    local dvt = t * b
+    local tat = math.max(tonumber(redis.call('GET', key)) or now, now)
+    local newTat = tat + hits * t
+    local allowAt = newTat - dvt
+    local limit = math.max(r, b)
+    if now < allowAt then
+      return {0, 0, limit, math.max(math.floor((dvt - (tat - now)) / t), 0), tat - now, allowAt - now}
+    end
+    if hits > 0 then
+      redis.call('SET', key, string.format('%.0f', newTat), 'PX', pttl(newTat - now, ttlFloor))
+    end
+    return {1, 1, limit, math.floor((dvt - (newTat - now)) / t), newTat - now, 0}
   end
-  if hits > 0 then
-    redis.call('SET', key, string.format('%.0f', newTat), 'PX', pttl(newTat - now))
+
+  if code == '4' then -- fixed_window
+    local got = redis.call('HMGET', key, 'w', 'c')
+    local sw = tonumber(got[1])
+    local at, w = now, math.floor(now / p)
+    if sw ~= nil and sw > w then at, w = sw * p, sw end
+    local c = 0
+    if sw == w then c = tonumber(got[2]) or 0 end
+    local windowEnd = (w + 1) * p
+    if c + hits > r then
+      return {0, 0, r, math.max(r - c, 0), windowEnd - at, windowEnd - at}
+    end
+    if hits > 0 then
+      redis.call('HSET', key, 'w', string.format('%.0f', w), 'c', string.format('%.0f', c + hits))
+      if c == 0 then redis.call('PEXPIRE', key, pttl(windowEnd - now, ttlFloor)) end
+    end
+    return {1, 1, r, r - c - hits, windowEnd - at, 0}
   end
-  return {1, 1, limit, math.floor((dvt - (newTat - now)) / t), newTat - now, 0}
+
+  return redis.error_reply('ERR single.lua: algorithm code ' .. tostring(code) .. ' is decide.lua\'s')
 end
 
-if code == '4' then -- fixed_window
-  local got = redis.call('HMGET', key, 'w', 'c')
-  local sw = tonumber(got[1])
-  local at, w = now, math.floor(now / p)
-  if sw ~= nil and sw > w then at, w = sw * p, sw end
-  local c = 0
-  if sw == w then c = tonumber(got[2]) or 0 end
-  local windowEnd = (w + 1) * p
-  if c + hits > r then
-    return {0, 0, r, math.max(r - c, 0), windowEnd - at, windowEnd - at}
+-- >>> main single
+local now, ttlFloor = clock(ARGV[2])
+return decide(KEYS[1], now, ttlFloor, tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+-- <<< main single
+-- >>> main batch
+local now, ttlFloor = clock(ARGV[1])
+local out = {}
+for i = 1, #KEYS do
+  local a = 1 + (i - 1) * 5
+  local ok, res = pcall(decide, KEYS[i], now, ttlFloor, tonumber(ARGV[a + 1]), ARGV[a + 2],
+    tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]))
+  if ok or (type(res) == 'table' and res.err) then
+    out[i] = res -- a reply, or redis.call's error
+  else
+    out[i] = redis.error_reply('ERR single.lua: ' .. tostring(res))
   end
-  if hits > 0 then
-    redis.call('HSET', key, 'w', string.format('%.0f', w), 'c', string.format('%.0f', c + hits))
-    if c == 0 then redis.call('PEXPIRE', key, pttl(windowEnd - now)) end
-  end
-  return {1, 1, r, r - c - hits, windowEnd - at, 0}
 end
-
-return redis.error_reply('ERR single.lua: algorithm code ' .. code .. ' is decide.lua\'s')
+return out
+-- <<< main batch

@@ -64,6 +64,9 @@ type Store struct {
 	// *redis.Client, or nil) to its *lane.
 	maxBatch int
 	lanes    sync.Map
+	// batchScripts: the client is one server (not a cluster, whose keys
+	// span slots), so coalesced one-limit decisions share one script call.
+	batchScripts bool
 	// now, when set (tests only), gives the script a fixed instant in
 	// microseconds instead of Redis's TIME.
 	now func() int64
@@ -90,7 +93,8 @@ func New(client Client, opts Options) (*Store, error) {
 	if opts.MaxBatch == 0 {
 		opts.MaxBatch = DefaultMaxBatch
 	}
-	return &Store{client: client, prefix: opts.Prefix, maxBatch: opts.MaxBatch}, nil
+	_, single := client.(*redis.Client)
+	return &Store{client: client, prefix: opts.Prefix, maxBatch: opts.MaxBatch, batchScripts: single}, nil
 }
 
 // Allow decides one limit for one key.
@@ -146,13 +150,8 @@ func (s *Store) Close() error {
 // runOne runs one request with EVALSHA, falling back to EVAL on NOSCRIPT.
 func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.Decision, error) {
 	keys, args := requestKeys(s.prefix, req), scriptArgs(req, s.fixedNow())
-	cmd := decideCmd(ctx, true, keys, args)
-	err := s.client.Process(ctx, cmd)
-	if isNoScript(err) {
-		cmd = decideCmd(ctx, false, keys, args)
-		err = s.client.Process(ctx, cmd)
-	}
-	if err != nil {
+	cmd := s.runScript(ctx, scriptCall{scriptFor(args), keys, args}) // coalesce.go
+	if err := cmd.Err(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	d, err := parseReply(cmd.Val(), len(req.Limits))
@@ -167,12 +166,12 @@ func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.
 // those requests are re-sent with EVAL, which also loads the script there.
 func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	now := s.fixedNow()
-	keys := make([][]string, len(reqs))
-	args := make([][]any, len(reqs))
+	calls := make([]scriptCall, len(reqs))
 	for i, r := range reqs {
-		keys[i], args[i] = requestKeys(s.prefix, r), scriptArgs(r, now)
+		args := scriptArgs(r, now)
+		calls[i] = scriptCall{scriptFor(args), requestKeys(s.prefix, r), args}
 	}
-	cmds := s.runPipeline(ctx, keys, args) // coalesce.go
+	cmds := s.runPipeline(ctx, calls) // coalesce.go
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, c := range cmds {
 		v, err := c.Result()
@@ -188,11 +187,11 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 
 // pipeline queues the script for each index and executes the pipeline; the
 // commands carry their own errors.
-func (s *Store) pipeline(ctx context.Context, sha bool, keys [][]string, args [][]any, idx []int) []noRetryCmd {
+func (s *Store) pipeline(ctx context.Context, sha bool, calls []scriptCall, idx []int) []noRetryCmd {
 	p := s.client.Pipeline()
 	cmds := make([]noRetryCmd, len(idx))
 	for j, i := range idx {
-		cmds[j] = decideCmd(ctx, sha, keys[i], args[i])
+		cmds[j] = calls[i].cmd(ctx, sha)
 		_ = p.Process(ctx, cmds[j]) // queued; the error comes with Exec
 	}
 	_, _ = p.Exec(ctx) // the first error is also on its command
