@@ -95,6 +95,12 @@ type Config struct {
 	// GRPCMaxSendBytes bounds one sent gRPC message (17 MiB). Keep it above
 	// the policy's largest max_body_bytes: an inline replay is one message.
 	GRPCMaxSendBytes int `envconfig:"GRPC_MAX_SEND_BYTES" default:"17825792"`
+	// GRPCStreamWorkers is how many long-lived goroutines run gRPC calls
+	// (grpc.NumStreamWorkers): their stacks stay grown, where a goroutine
+	// per call grows and copies its stack every time (~7% of the server's
+	// CPU at concurrency 64, docs/benchmarks-redis.md). Calls beyond them
+	// still get their own goroutine; 0 gives every call one.
+	GRPCStreamWorkers int `envconfig:"GRPC_STREAM_WORKERS" default:"64"`
 	// RedisBreakerThreshold is how many Redis failures in a row open a
 	// circuit breaker (one per Redis node, rate limits and idempotency each).
 	RedisBreakerThreshold int `envconfig:"REDIS_BREAKER_THRESHOLD" default:"5"`
@@ -219,6 +225,7 @@ func (c Config) rules() []rule {
 		{"IDEMPOTENCY_MEMORY_MAX_KEYS", "0 (unbounded) or more", c.IdempotencyMemoryMaxKeys, c.IdempotencyMemoryMaxKeys >= 0},
 		{"GRPC_MAX_RECV_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxRecvBytes, validGRPCMessage(c.GRPCMaxRecvBytes)},
 		{"GRPC_MAX_SEND_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxSendBytes, validGRPCMessage(c.GRPCMaxSendBytes)},
+		{"GRPC_STREAM_WORKERS", "0 (a goroutine per call) to 4096", c.GRPCStreamWorkers, c.GRPCStreamWorkers >= 0 && c.GRPCStreamWorkers <= 4096},
 		{"NEAR_LIMIT_RATIO", "a ratio in (0, 1] (0: the default, 0.8)", c.NearLimitRatio, c.NearLimitRatio >= 0 && c.NearLimitRatio <= 1},
 		{"RULE_METRICS_MAX_SERIES", "0 (per-rule metrics off) or more", c.RuleMetricsMaxSeries, c.RuleMetricsMaxSeries >= 0},
 		{"REDIS_BREAKER_THRESHOLD", "1 to 1000 failures in a row", c.RedisBreakerThreshold, c.RedisBreakerThreshold >= 1 && c.RedisBreakerThreshold <= 1000},

@@ -107,7 +107,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	s.replay = rp.server
 	recv, send := cfg.grpcMessageLimits()
-	s.grpc, s.health = newGRPCServer(services, append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))...)
+	opts := append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
+	if cfg.GRPCStreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.GRPCStreamWorkers)))
+	}
+	s.grpc, s.health = newGRPCServer(services, opts...)
 	s.http = newHTTPServer(s, reg)
 	if cfg.DebugAddr != "" {
 		stopDebug, err := startDebug(cfg.DebugAddr, log)
