@@ -207,6 +207,13 @@ func (s *Store) send(batch []*call) {
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
+	s.sendTogether(ctx, live)
+}
+
+// sendTogether sends live calls in one pipeline: on a standalone server,
+// those single.lua decides as one batch script call, the others as a
+// script call each.
+func (s *Store) sendTogether(ctx context.Context, live []*call) {
 	var together, apart []*call
 	if s.batchScripts {
 		together, apart = splitBatchable(live)
@@ -269,16 +276,15 @@ func answerBatch(calls []*call, cmd noRetryCmd) {
 		err = fmt.Errorf("%w: batch of %d answered with %T of %d", ErrUnexpectedReply, len(calls), v, len(arr))
 	}
 	for i, c := range calls {
-		switch {
-		case err != nil:
+		if err != nil {
 			c.answer(nil, err)
-		default:
-			if e, isErr := arr[i].(error); isErr {
-				c.answer(nil, e)
-			} else {
-				c.answer(arr[i], nil)
-			}
+			continue
 		}
+		if e, isErr := arr[i].(error); isErr {
+			c.answer(nil, e)
+			continue
+		}
+		c.answer(arr[i], nil)
 	}
 }
 
