@@ -13,8 +13,8 @@ import (
 // none. Its live heap is a few MB (policy, metrics, gRPC buffers), so Go's
 // default of 100 with its 4 MB minimum goal collects about 30 times a
 // second at 10,000 decisions/s: measured at concurrency 64 on Redis
-// (docs/benchmarks-redis.md), 400 cut server CPU per decision by about a
-// sixth for some 10 MB more heap. The memory limit below keeps a large
+// (docs/benchmarks-redis.md), 400 cut server CPU per decision by 4-16%
+// for some 10 MB more heap. The memory limit below keeps a large
 // heap (an embedded store holding many counters) from growing 5× unchecked.
 const defaultGCPercent = 400
 
