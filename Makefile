@@ -6,18 +6,29 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 GRPC_ADDR  ?= 127.0.0.1:9001
 HTTP_ADDR  ?= 127.0.0.1:9090
 POLICY     ?= examples/policy
+# make run is for a terminal: Ctrl-C stops at once instead of serving on for
+# the production drain delay (see README, EXTAUTHZ_DRAIN_DELAY).
+DRAIN      ?= 0s
 TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=30m
 BENCH      ?= .
 # Nested modules (each with its own go.mod) that ./... does not reach.
 SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' | sort))
 LDFLAGS    := -X main.version=$(VERSION)
 
-.PHONY: run build test test-only bench vet fmt-check clean
+.PHONY: run validate try build test test-only bench vet fmt-check clean
 
 ## run: serve the example policy with the memory store (gRPC $(GRPC_ADDR), HTTP $(HTTP_ADDR))
 run:
 	EXTAUTHZ_CONFIG=$(POLICY) EXTAUTHZ_GRPC_ADDR=$(GRPC_ADDR) EXTAUTHZ_HTTP_ADDR=$(HTTP_ADDR) \
-		$(GO) run -ldflags "$(LDFLAGS)" ./cmd/extauthz
+		EXTAUTHZ_DRAIN_DELAY=$(DRAIN) $(GO) run -ldflags "$(LDFLAGS)" ./cmd/extauthz
+
+## validate: check the policy at $(POLICY) offline, as the server would load it
+validate:
+	$(GO) run ./cmd/extauthz validate $(POLICY)
+
+## try: with `make run` serving, send the README's example decision and print the answer
+try:
+	$(GO) run ./cmd/extauthz try -addr $(GRPC_ADDR)
 
 ## build: a static, stripped binary in bin/
 build:

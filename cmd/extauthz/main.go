@@ -4,6 +4,7 @@
 //	extauthz                 serve (the default)
 //	extauthz serve           the same
 //	extauthz validate PATH   check a policy file or directory offline
+//	extauthz try [rls|authz] send one decision request to a running server
 //	extauthz version         print the version
 package main
 
@@ -20,10 +21,16 @@ import (
 var version = "dev"
 
 const usage = `usage:
-  extauthz [serve]         serve gRPC (RLS, health, reflection) and HTTP (/metrics, /healthz, /readyz);
+  extauthz [serve]         serve on one gRPC port Envoy's rate limit service (RLS v3), external
+                           authorization (ext_authz v3) and external processing (ext_proc v3) APIs,
+                           gRPC health and reflection; on the HTTP port /metrics, /healthz, /readyz;
                            configured by EXTAUTHZ_* environment variables (see README)
   extauthz validate PATH   load the policy at PATH (file or directory), print every problem
+  extauthz try [rls|authz] [flags] [DESCRIPTOR...]
+                           send one ShouldRateLimit (default: the README's example) or ext_authz
+                           Check request to a running server and print its answer (try -h)
   extauthz version         print the version
+  extauthz help            print this text
 `
 
 func main() {
@@ -54,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		return validateMain(args[0], stdout, stderr)
+	case "try":
+		return tryMain(ctx, args, stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "extauthz %s\n", version)
 		return 0
