@@ -19,7 +19,8 @@
 //
 // The package knows nothing of Envoy or gRPC. Stores live in subpackages
 // (memstore, redisstore); this package holds the types they share, key
-// validation, fingerprints, the replay-header allow-list and metrics.
+// validation, fingerprints, the replay-header allow-list and the names of
+// the outcomes (Event) that pkg/envoy counts in metrics; it registers none.
 package idempotency
 
 import (

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -69,15 +70,15 @@ func TestIdempotencyDefaults(t *testing.T) {
 	id := mustLoad(t, "http.yaml", httpConfig).HTTP.Routes[1].Idempotency
 	want := Idempotency{
 		Methods: []string{"POST", "PATCH"}, LeaseTTL: 30 * time.Second, RecordTTL: 24 * time.Hour,
-		StoreStatuses: []string{"2xx"}, MaxBodyBytes: 1 << 20, ReplayHeaders: DefaultReplayHeaders,
+		StoreStatuses: []string{"2xx"}, MaxBodyBytes: 1 << 20, ReplayHeaders: DefaultReplayHeaders(),
 	}
 	if !slices.Equal(id.Methods, want.Methods) || id.LeaseTTL != want.LeaseTTL || id.RecordTTL != want.RecordTTL ||
 		!slices.Equal(id.StoreStatuses, want.StoreStatuses) || id.MaxBodyBytes != want.MaxBodyBytes ||
 		!slices.Equal(id.ReplayHeaders, want.ReplayHeaders) || id.KeyRequired || id.FailClosed {
 		t.Errorf("defaults %+v, want %+v", *id, want)
 	}
-	for _, h := range DefaultReplayHeaders {
-		if replayForbidden(h) {
+	for _, h := range DefaultReplayHeaders() {
+		if idempotency.NeverReplayed(h) {
 			t.Errorf("default replay header %q is on the never-replayed list", h)
 		}
 	}
@@ -214,6 +215,10 @@ func TestReplayHeadersRejected(t *testing.T) {
 		"Set-Cookie", "Authorization", "Proxy-Authorization", "Proxy-Authenticate",
 		"Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Trailer", "Upgrade",
 		"Date", "Retry-After", "RateLimit", "RateLimit-Policy", "X-RateLimit-Remaining",
+		// Names the stores never replay, which an older, separate list here
+		// let through: a policy accepted them and replays dropped them.
+		"Cookie", "X-Request-Id", "Content-Length", "Server", "Traceparent",
+		"X-Envoy-Upstream-Service-Time", "WWW-Authenticate", "Idempotency-Key", "Via",
 	} {
 		t.Run(h, func(t *testing.T) {
 			t.Parallel()
@@ -224,5 +229,24 @@ func TestReplayHeadersRejected(t *testing.T) {
 				t.Errorf("error %q, want one problem at %s", msg, field)
 			}
 		})
+	}
+}
+
+// TestAcceptedReplayHeadersAreReplayed: every replay_headers name the loader
+// accepts is one the stores keep, and every one it rejects they drop. There is
+// one list (idempotency.NeverReplayed); a second one here would disagree.
+func TestAcceptedReplayHeadersAreReplayed(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{
+		"location", "etag", "x-custom", "cache-control", "vary", "set-cookie", "cookie", "x-request-id",
+		"content-length", "server", "traceparent", "tracestate", "x-envoy-upstream-service-time",
+		"www-authenticate", "ratelimit-reset", "x-b3-traceid", "age", "alt-svc", "date",
+	} {
+		yaml := "http:\n  routes:\n    - name: r\n      path_prefix: /\n      idempotency:\n        replay_headers: [" + h + "]\n"
+		_, err := Load(writeFile(t, t.TempDir(), "http.yaml", yaml))
+		kept := idempotency.ReplayHeaders([]idempotency.Header{{Name: h, Value: "v"}}, func(string) bool { return true })
+		if accepted, replayed := err == nil, len(kept) == 1; accepted != replayed {
+			t.Errorf("replay_headers [%s]: policy accepted=%v (%v) but stores replay=%v", h, accepted, err, replayed)
+		}
 	}
 }

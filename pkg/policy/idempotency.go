@@ -1,9 +1,12 @@
 package policy
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/extauthz/extauthz/pkg/idempotency"
 )
 
 // Idempotency defaults, applied when a route's idempotency section leaves a
@@ -25,28 +28,17 @@ const (
 	KeyScopeRoute = "route"
 )
 
-// DefaultReplayHeaders are the response headers replayed when a route does
+// defaultReplayHeaders are the response headers replayed when a route does
 // not list its own: they describe the stored body and the created resource,
 // and none of them is per-response (Date), per-connection or a credential.
-var DefaultReplayHeaders = []string{
+var defaultReplayHeaders = []string{
 	"content-type", "content-encoding", "content-language", "content-location",
 	"location", "etag", "last-modified", "link",
 }
 
-// neverReplayed are headers that a replay must not repeat: credentials and
-// cookies (they belong to the first caller), hop-by-hop headers (they
-// describe a connection, not the response), Date, and rate-limit headers
-// (they describe the quota at the first request, not now).
-var neverReplayed = map[string]bool{
-	"set-cookie": true, "authorization": true, "proxy-authorization": true,
-	"proxy-authenticate": true, "connection": true, "keep-alive": true,
-	"transfer-encoding": true, "te": true, "trailer": true, "upgrade": true,
-	"date": true, "retry-after": true,
-}
-
-func replayForbidden(name string) bool {
-	return neverReplayed[name] || strings.HasPrefix(name, "ratelimit") || strings.HasPrefix(name, "x-ratelimit")
-}
+// DefaultReplayHeaders returns (a copy of) the response headers replayed when
+// a route does not list its own.
+func DefaultReplayHeaders() []string { return slices.Clone(defaultReplayHeaders) }
 
 // idempotency reads a route's idempotency section, filling the defaults.
 func (d *decoder) idempotency(f field) *Idempotency {
@@ -54,7 +46,7 @@ func (d *decoder) idempotency(f field) *Idempotency {
 		Methods: []string{"POST", "PATCH"}, LeaseTTL: DefaultLeaseTTL, RecordTTL: DefaultRecordTTL,
 		StoreStatuses: []string{"2xx"}, MaxBodyBytes: DefaultMaxBodyBytes,
 		MaxStoredBodyBytes: DefaultMaxStoredBodyBytes, KeyScope: KeyScopeTenant,
-		ReplayHeaders: append([]string(nil), DefaultReplayHeaders...),
+		ReplayHeaders: DefaultReplayHeaders(),
 	}
 	var storedLine int
 	var storedPath string
@@ -139,7 +131,9 @@ func (d *decoder) replayHeaders(f field) []string {
 	var out []string
 	for _, item := range d.items(f) {
 		name := d.headerName(item)
-		if replayForbidden(name) {
+		// One list decides, the one the stores apply: a name the policy
+		// accepted would otherwise be dropped silently at replay.
+		if idempotency.NeverReplayed(name) {
 			d.problem(item.line, item.path, "%s must never be replayed", name)
 			continue
 		}
