@@ -14,8 +14,11 @@ BENCH      ?= .
 # Nested modules (each with its own go.mod) that ./... does not reach.
 SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' | sort))
 LDFLAGS    := -X main.version=$(VERSION)
+# The linter, pinned; `make lint` builds it into .cache/ (gitignored) once.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(CURDIR)/.cache/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 
-.PHONY: run validate try build test test-only bench vet fmt-check clean
+.PHONY: run validate try build test test-only lint bench vet fmt-check clean
 
 ## run: serve the example policy with the memory store (gRPC $(GRPC_ADDR), HTTP $(HTTP_ADDR))
 run:
@@ -57,6 +60,14 @@ test-only:
 ## bench: benchmarks only (no tests), with allocations
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
+
+## lint: golangci-lint (.golangci.yml) on every module; CI runs it
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+	@for m in $(SUBMODULES); do echo "== (cd $$m && golangci-lint run ./...)"; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
+
+$(GOLANGCI_LINT):
+	GOBIN=$(dir $(GOLANGCI_LINT)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 ## vet: go vet on every module
 vet:

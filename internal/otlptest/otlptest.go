@@ -119,9 +119,13 @@ type Span struct {
 	Resource map[string]string
 }
 
-// TraceID, SpanID and ParentSpanID are hex ("" for no parent).
-func (s Span) TraceID() string      { return hex.EncodeToString(s.GetTraceId()) }
-func (s Span) SpanID() string       { return hex.EncodeToString(s.GetSpanId()) }
+// TraceID is the span's trace ID in hex.
+func (s Span) TraceID() string { return hex.EncodeToString(s.GetTraceId()) }
+
+// SpanID is the span's ID in hex.
+func (s Span) SpanID() string { return hex.EncodeToString(s.GetSpanId()) }
+
+// ParentSpanID is the parent span's ID in hex, "" for a root span.
 func (s Span) ParentSpanID() string { return hex.EncodeToString(s.GetParentSpanId()) }
 
 // Attrs returns the span's attributes as strings.

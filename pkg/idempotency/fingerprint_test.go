@@ -105,7 +105,7 @@ func FuzzFingerprint(f *testing.F) {
 		if ref := NewFingerprint(method, path, body, nil); len(sum) != 32 || bytes.Equal(sum, ref[:]) && len(body) > 0 {
 			t.Fatalf("body digest field malformed")
 		}
-		if strings.ToLower(n1) != strings.ToLower(n2) {
+		if !strings.EqualFold(n1, n2) {
 			swapped := NewFingerprint(method, path, body, []Header{hs[1], hs[0]})
 			if swapped != NewFingerprint(method, path, body, hs) {
 				t.Fatal("header order changed the fingerprint")

@@ -226,18 +226,6 @@ func (d *decoder) strs(f field) []string {
 	return out
 }
 
-func (d *decoder) strMap(f field) map[string]string {
-	fs := d.fields(f.node, f.path)
-	if len(fs) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(fs))
-	for _, kv := range fs {
-		out[kv.key] = d.str(kv)
-	}
-	return out
-}
-
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:

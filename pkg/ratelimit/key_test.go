@@ -41,8 +41,8 @@ func TestKeyHasOnlyPrintableASCIIAndNoBraces(t *testing.T) {
 				}
 			}
 			// Each part is at most MaxPartLen (or a 65-byte hash) long.
-			if max := 4 * (MaxPartLen + 1); len(k) > max {
-				t.Errorf("Key of %d-byte input is %d bytes, want <= %d", len(v), len(k), max)
+			if most := 4 * (MaxPartLen + 1); len(k) > most {
+				t.Errorf("Key of %d-byte input is %d bytes, want <= %d", len(v), len(k), most)
 			}
 		}
 	}

@@ -261,11 +261,11 @@ func testBoundaryRefused(t *testing.T, s *stack, algo string) {
 			algo, before.admitted, after.admitted, elapsed, refill)
 	}
 	b := sendBurst(t, s, path, uniq("2x"), 10)
-	max := 5
+	most := 5
 	if algo == "gcra" {
-		max += int(b.end.Sub(b.start) / (200 * time.Millisecond))
+		most += int(b.end.Sub(b.start) / (200 * time.Millisecond))
 	}
-	if b.admitted < 5 || b.admitted > max {
-		t.Errorf("%s: 10 requests in %v admitted %d, want 5..%d", algo, b.end.Sub(b.start), b.admitted, max)
+	if b.admitted < 5 || b.admitted > most {
+		t.Errorf("%s: 10 requests in %v admitted %d, want 5..%d", algo, b.end.Sub(b.start), b.admitted, most)
 	}
 }

@@ -254,7 +254,7 @@ func TestNeutralOutcomesNeverOpen(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			f.inner.set(fmt.Errorf("redisstore: %w", e))
-			assertNeutral(t, f, context.Background(), e)
+			assertNeutral(context.Background(), t, f, e)
 		})
 	}
 	t.Run("caller cancelled", func(t *testing.T) {
@@ -263,11 +263,11 @@ func TestNeutralOutcomesNeverOpen(t *testing.T) {
 		f.inner.set(context.Canceled)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		assertNeutral(t, f, ctx, context.Canceled)
+		assertNeutral(ctx, t, f, context.Canceled)
 	})
 }
 
-func assertNeutral(t *testing.T, f fixture, ctx context.Context, want error) {
+func assertNeutral(ctx context.Context, t *testing.T, f fixture, want error) {
 	t.Helper()
 	for i := range 10 {
 		c := calls[i%len(calls)]

@@ -85,9 +85,9 @@ type shard struct {
 	_         [64]byte // keeps neighbouring shards' hot fields off this cache line
 }
 
-func (sh *shard) init(max int) {
+func (sh *shard) init(maxKeys int) {
 	sh.m = make(map[uint64]*entry)
-	sh.max = max
+	sh.max = maxKeys
 }
 
 // monotonic returns now, or the latest instant already used in this shard

@@ -32,8 +32,8 @@ type cache struct {
 	shards   [shardCount]shard
 }
 
-func newCache(max int) *cache {
-	c := &cache{seed: maphash.MakeSeed(), perShard: (max + shardCount - 1) / shardCount}
+func newCache(maxKeys int) *cache {
+	c := &cache{seed: maphash.MakeSeed(), perShard: (maxKeys + shardCount - 1) / shardCount}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]entry)
 	}

@@ -17,6 +17,14 @@ import (
 )
 
 func main() {
+	if err := run(); err != nil {
+		slog.Error("serve", "err", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until SIGTERM or an interrupt, then shuts down gracefully.
+func run() error {
 	addr := os.Getenv("ADDR")
 	if addr == "" {
 		addr = ":8080"
@@ -32,7 +40,7 @@ func main() {
 	}()
 	slog.Info("sample upstream listening", "addr", addr)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		slog.Error("serve", "err", err)
-		os.Exit(1)
+		return err
 	}
+	return nil
 }
