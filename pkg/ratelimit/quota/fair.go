@@ -147,6 +147,11 @@ func fitBudget(budget float64, claims []claim, shares []float64) {
 			return
 		}
 		f := math.Nextafter(budget/total, 0)
+		if math.IsInf(total, 1) {
+			// Shares near MaxFloat64 overflowed the sum: their halves
+			// cannot (scaling by 1/2 is exact).
+			f = math.Nextafter((budget/2)/sumHalves(shares, byID), 0)
+		}
 		for i := range shares {
 			shares[i] *= f
 		}
@@ -165,6 +170,14 @@ func sum(xs []float64) float64 {
 	var s float64
 	for _, x := range xs {
 		s += x
+	}
+	return s
+}
+
+func sumHalves(xs []float64, order []int) float64 {
+	var s float64
+	for _, i := range order {
+		s += xs[i] / 2
 	}
 	return s
 }
