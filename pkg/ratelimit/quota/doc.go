@@ -32,10 +32,19 @@
 //
 // A client's report changes every client's share, so after each allocation
 // the server checks all the clients of that bucket that it serves, not only
-// the reporter. Clients on other replicas get their new shares when they next
-// report (every ReportInterval), or sooner if those replicas re-allocate on a
-// timer; until then the sum of installed assignments may differ from the
-// latest allocation by what Material lets through (increases only).
+// the reporter. Clients on other replicas learn their new shares when they
+// next report (every ReportInterval), or sooner if those replicas re-allocate
+// on a timer. So the assignments installed across the fleet can add up to
+// more than the budget for up to one report interval after a change (a
+// newcomer's first report is Unknown demand and earns a fair share at once,
+// while the clients whose shares shrank still hold their old ones). Material
+// adds no overshoot of its own: it holds back increases, never decreases.
+//
+// A client that reported no traffic while the others want more than the
+// budget has a share of 0, which BucketFor makes DenyAll: max-min fairness
+// gives nothing to a client that asked for nothing. Its next requests are
+// denied but counted as demand, so its next report earns it a share. With
+// SpareEqual the same client gets an equal part of any unused budget instead.
 //
 // Guarantees: the shares of one allocation, summed in client-ID order, never
 // exceed the budget; each bucket's rate is at most its share; a client that
