@@ -14,7 +14,7 @@ import (
 // can move it: one slot per bucket on a cluster.
 func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	store, err := quotaredis.New(client, quotaredis.Options{Prefix: "xa", TTL: quota.DefaultTTL})
 	if err != nil {
 		fmt.Println(err)
