@@ -191,3 +191,41 @@ func TestMemoryStoreSweeps(t *testing.T) {
 		t.Fatalf("%d entries after a report a TTL later, want 1 (the expired ones swept)", n)
 	}
 }
+
+// TestAllocatorStreamMoves: an Envoy whose stream moves to another replica
+// starts a new Meter there, whose first demand is Unknown. The demand the
+// old replica measured stands, so no share grows (no burst above the
+// limit); the new replica's own measurement replaces it at the next report.
+func TestAllocatorStreamMoves(t *testing.T) {
+	t.Parallel()
+	ctx, store := context.Background(), newMemory(t)
+	replica1, replica2 := newAllocator(t, store, Config{}), newAllocator(t, store, Config{})
+	observe := func(a *Allocator, m *Meter, id string, requests uint64, at time.Duration) {
+		t.Helper()
+		if err := a.Report(ctx, "k", id, m.Observe(requests, 0, t0.Add(at)), t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var small, big, smallMoved Meter
+	observe(replica1, &small, "small", 1, 0)
+	observe(replica1, &big, "big", 1, 0)
+	observe(replica1, &small, "small", 50, ReportInterval) // 10/s
+	observe(replica1, &big, "big", 1000, ReportInterval)   // 200/s
+	before, err := replica1.Allocate(ctx, "k", 100, t0.Add(ReportInterval))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before["small"].Rate != 10 || before["big"].Rate != 90 {
+		t.Fatalf("before the move: %v", rates(before))
+	}
+	// small's stream moves: replica2's first report of it is Unknown.
+	observe(replica2, &smallMoved, "small", 50, 2*ReportInterval)
+	observe(replica1, &big, "big", 1000, 2*ReportInterval)
+	after, err := replica2.Allocate(ctx, "k", 100, t0.Add(2*ReportInterval))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after, before) {
+		t.Fatalf("after the move: %+v, want unchanged %+v", after, before)
+	}
+}

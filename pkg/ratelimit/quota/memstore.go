@@ -56,6 +56,9 @@ func (s *MemoryStore) Report(_ context.Context, bucketKey, clientID string, dema
 		b = make(map[string]demandEntry)
 		s.buckets[bucketKey] = b
 	}
+	if old, ok := b[clientID]; ok && demand == Unknown && old.demand != Unknown && now.Before(old.expires) {
+		demand = old.demand // a moved stream's first report keeps the measured demand
+	}
 	b[clientID] = demandEntry{demand: demand, expires: now.Add(s.ttl)}
 	if now.Sub(s.lastSweep) >= s.ttl || now.Before(s.lastSweep) {
 		s.sweep(now)

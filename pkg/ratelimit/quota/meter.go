@@ -9,7 +9,8 @@ import (
 // (its first report). It counts as wanting the whole budget, so a newcomer
 // gets a fair share at once instead of a share sized from a report that
 // covers an unknown span (Envoy sends one at a bucket's first request, and
-// a stream that moved from another replica starts mid-interval).
+// a stream that moved from another replica starts mid-interval). Stores do
+// not let it replace a known demand that is still live (DemandStore.Report).
 var Unknown = math.Inf(1)
 
 // MinSpan is the shortest span a demand sample is measured over. Reports

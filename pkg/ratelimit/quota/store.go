@@ -17,6 +17,11 @@ import (
 type DemandStore interface {
 	// Report records demand (requests per second) of clientID for
 	// bucketKey, replacing the previous one, until now + the store's TTL.
+	// Unknown does not replace a known demand that is still live: it only
+	// extends it to now + TTL. A stream that moved to another replica
+	// starts a new Meter, whose first demand is Unknown; the demand the old
+	// replica measured stands until the new one has measured, so a replica
+	// restart gives no client a larger share than it had.
 	Report(ctx context.Context, bucketKey, clientID string, demand float64, now time.Time) error
 	// Demands returns the demands of bucketKey that have not expired at
 	// now, by client ID; an empty map when there are none. It may delete

@@ -10,7 +10,18 @@ if not now then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local ttl = tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now + ttl) .. ' ' .. ARGV[2])
+local demand = ARGV[2]
+-- An unknown demand ('+Inf', unknownArg in store.go) does not replace a
+-- known one that is still live: it only extends it.
+if demand == '+Inf' then
+  local old = redis.call('HGET', KEYS[1], ARGV[1])
+  local sp = old and string.find(old, ' ', 1, true)
+  local expiry = sp and tonumber(string.sub(old, 1, sp - 1))
+  if expiry and expiry > now and string.sub(old, sp + 1) ~= '+Inf' then
+    demand = string.sub(old, sp + 1)
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now + ttl) .. ' ' .. demand)
 -- The key outlives its newest field, so a bucket nobody reports any more
 -- disappears by itself; only ever extended, never shortened.
 if redis.call('PTTL', KEYS[1]) < ttl then

@@ -101,7 +101,7 @@ func (s *Store) Report(ctx context.Context, bucketKey, clientID string, demand f
 	if err != nil {
 		return err
 	}
-	d := strconv.FormatFloat(demand, 'g', -1, 64)
+	d := strconv.FormatFloat(demand, 'g', -1, 64) // quota.Unknown is unknownArg
 	if err := reportScript.Run(ctx, s.client, []string{s.Key(bucketKey)}, clientID, d, s.ttlMS, s.nowArg(now)).Err(); err != nil {
 		return fmt.Errorf("quotaredis: report: %w", err)
 	}
@@ -126,6 +126,10 @@ func (s *Store) nowArg(now time.Time) string {
 	}
 	return strconv.FormatInt(now.UnixMilli(), 10)
 }
+
+// unknownArg is quota.Unknown as Report sends it; report.lua compares the
+// demand to it literally: change both together.
+const unknownArg = "+Inf"
 
 // ErrUnexpectedReply means Redis answered a script with a reply of the wrong
 // shape (another script under the same SHA, a proxy, a corrupt value).

@@ -131,6 +131,13 @@ func TestRedisDown(t *testing.T) {
 	}
 }
 
+func TestUnknownArg(t *testing.T) {
+	t.Parallel()
+	if got := strconv.FormatFloat(quota.Unknown, 'g', -1, 64); got != unknownArg {
+		t.Fatalf("quota.Unknown formats as %q, report.lua expects %q", got, unknownArg)
+	}
+}
+
 func TestParseDemandsRejects(t *testing.T) {
 	t.Parallel()
 	for _, v := range []any{"x", []any{"a"}, []any{int64(1), "2"}, []any{"a", int64(2)}, []any{"a", "two"}} {

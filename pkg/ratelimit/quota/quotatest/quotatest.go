@@ -38,6 +38,7 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"RoundTrip", testRoundTrip},
 		{"ReportReplaces", testReplace},
+		{"UnknownKeepsLiveKnownDemand", testUnknown},
 		{"EntriesExpire", testExpiry},
 		{"BucketIsolation", testIsolation},
 		{"OddClientIDs", testOddClientIDs},
@@ -113,6 +114,26 @@ func testReplace(t *testing.T, h Harness) {
 	report(t, s, key, "a", 5, t0)
 	report(t, s, key, "a", 2.5, t0.Add(time.Millisecond))
 	same(t, "after second report", demands(t, s, key, t0.Add(time.Millisecond)), map[string]float64{"a": 2.5})
+}
+
+func testUnknown(t *testing.T, h Harness) {
+	s, key := h.New(t), Key(t, "")
+	sec := time.Second
+	report(t, s, key, "moved", 5, t0)
+	report(t, s, key, "moved", quota.Unknown, t0.Add(sec))
+	report(t, s, key, "new", quota.Unknown, t0)
+	report(t, s, key, "new", quota.Unknown, t0.Add(sec))
+	report(t, s, key, "stale", 7, t0.Add(-h.TTL))
+	report(t, s, key, "stale", quota.Unknown, t0.Add(sec))
+	report(t, s, key, "measured", quota.Unknown, t0)
+	report(t, s, key, "measured", 3, t0.Add(sec))
+	same(t, "after unknown reports", demands(t, s, key, t0.Add(sec)), map[string]float64{
+		"moved": 5, "new": quota.Unknown, "stale": quota.Unknown, "measured": 3,
+	})
+	// The unknown report extended the known demand's life.
+	same(t, "past the known report's TTL", demands(t, s, key, t0.Add(h.TTL)),
+		map[string]float64{"moved": 5, "new": quota.Unknown, "stale": quota.Unknown, "measured": 3})
+	same(t, "past the unknown report's TTL", demands(t, s, key, t0.Add(sec+h.TTL)), map[string]float64{})
 }
 
 func testExpiry(t *testing.T, h Harness) {
