@@ -96,12 +96,16 @@ func (o BucketOptions) withDefaults() BucketOptions {
 }
 
 // BucketFor converts a share (tokens per second) to the token bucket that
-// enforces it. The bucket never admits more than the share over time:
-// TokensPerFill / FillInterval <= rate, exactly. Over any span of t seconds a
-// client admits at most rate*t + MaxTokens, and MaxTokens is at most
-// max(1, rate*Burst); so a set of shares that sums to the budget admits at
-// most budget*t plus, per installed assignment, budget*Burst plus one token
-// per client whose share is under 1/Burst per second.
+// enforces it. The bucket never fills faster than the share:
+// TokensPerFill / FillInterval <= rate, exactly.
+//
+// Burst allowance: MaxTokens is max(1, floor(rate*Burst)), and Envoy may
+// start each bucket it installs full. So over any t seconds a client admits
+// at most rate*t plus MaxTokens per assignment it installs in that time, and
+// across the clients of one allocation (shares summing to at most the
+// budget) the allowance on top of budget*t is at most budget*Burst plus one
+// token per client whose share is under 1/Burst per second, per round of
+// installed assignments. With the defaults: one second of the budget.
 //
 // The fill interval is 1s from FastRate up and SlowInterval below, never
 // anything else: fractional rates get a longer interval, never a shorter

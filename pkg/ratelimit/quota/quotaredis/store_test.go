@@ -3,6 +3,7 @@ package quotaredis
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -144,5 +145,45 @@ func TestParseDemandsRejects(t *testing.T) {
 		if _, err := parseDemands(v); !errors.Is(err, ErrUnexpectedReply) {
 			t.Errorf("parseDemands(%#v): %v, want ErrUnexpectedReply", v, err)
 		}
+	}
+}
+
+// TestReplicasAgree: two replicas, each with its own client and store on
+// Redis's clock, report their Envoys' demands and compute bit-identical
+// allocations.
+func TestReplicasAgree(t *testing.T) {
+	t.Parallel()
+	ctx, srv := context.Background(), redistest.Standalone(t)
+	var allocs [2]*quota.Allocator
+	for i := range allocs {
+		s, err := New(srv.Client(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if allocs[i], err = quota.NewAllocator(s, quota.Config{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	demands := map[string]float64{"envoy-1": 210.25, "envoy-2": 1.0 / 3, "envoy-3": 60, "envoy-4": quota.Unknown}
+	i := 0
+	for id, d := range demands {
+		if err := allocs[i%2].Report(ctx, "tenant-a|api", id, d, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	}
+	a, err := allocs[0].Allocate(ctx, "tenant-a|api", 100, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := allocs[1].Allocate(ctx, "tenant-a|api", 100, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != len(demands) || !reflect.DeepEqual(a, b) {
+		t.Fatalf("replica 1: %+v\nreplica 2: %+v", a, b)
+	}
+	if want := quota.Allocate(100, demands, quota.Config{}); !reflect.DeepEqual(a, want) {
+		t.Fatalf("from Redis: %+v\nin memory: %+v", a, want)
 	}
 }
