@@ -6,10 +6,12 @@
 // runs unchanged on a cluster (one slot per bucket). The scripts read Redis's
 // clock (TIME), so replicas whose clocks disagree still agree on what has
 // expired; the now that callers pass is ignored. Demands drops expired fields
-// as it reads them, and the key itself expires TTL after its last report.
+// as it reads them, and the key itself expires no sooner than TTL after its
+// last report.
 //
-// Both scripts are safe to run twice (a report writes the same value, a read
-// deletes only what has expired), so go-redis may retry them.
+// Both scripts are safe to run twice (a report rewrites the same demand with
+// a later expiry, a read deletes only what has expired), so go-redis may
+// retry them.
 package quotaredis
 
 import (
