@@ -1,0 +1,54 @@
+// Package quota divides a global rate budget among clients that enforce
+// their shares locally: Envoys speaking RLQS (rate_limit_quota) and, for
+// allotments, extauthz replicas. It knows nothing of Envoy or gRPC; the
+// protocol servers translate to and from it.
+//
+// Units: budgets, demands and shares are requests (tokens) per second, as
+// float64; RateOf converts a limit's requests per period.
+//
+// The pieces:
+//   - Shares: max-min fair division of a budget by demand (water-filling),
+//     plus a Spare policy for budget the demands leave unused. Pure and
+//     deterministic.
+//   - BucketFor: a share as a token bucket Envoy 1.40 can enforce (whole-
+//     second intervals; DenyAll for a share too small to express), and
+//     Material: whether a new bucket is worth pushing to a client.
+//   - Meter: one client's usage reports for one bucket as a demand.
+//   - DemandStore: demands per (bucket, client) with a TTL, shared by the
+//     replicas (package quotaredis) or in process (MemoryStore).
+//   - Allocator: the store plus Allocate, so that any replica computes the
+//     same allocation from the same demands.
+//
+// What a server does with each usage report (a bucket of one client):
+//
+//	demand := meter.Observe(allowed, denied, now)     // the stream's Meter for this bucket
+//	err := alloc.Report(ctx, bucketKey, clientID, demand, now)
+//	shares, err := alloc.Allocate(ctx, bucketKey, budget, now)
+//	for id, s := range shares {                       // the clients this replica serves
+//		if quota.Material(lastSent[id], s.Bucket) {
+//			send(id, s.Bucket); lastSent[id] = s.Bucket
+//		}
+//	}
+//
+// A client's report changes every client's share, so after each allocation
+// the server checks all the clients of that bucket that it serves, not only
+// the reporter. Clients on other replicas learn their new shares when they
+// next report (every ReportInterval), or sooner if those replicas re-allocate
+// on a timer. So the assignments installed across the fleet can add up to
+// more than the budget for up to one report interval after a change (a
+// newcomer's first report is Unknown demand and earns a fair share at once,
+// while the clients whose shares shrank still hold their old ones). Material
+// adds no overshoot of its own: it holds back increases, never decreases.
+//
+// A client that reported no traffic while the others want more than the
+// budget has a share of 0, which BucketFor makes DenyAll: max-min fairness
+// gives nothing to a client that asked for nothing. Its next requests are
+// denied but counted as demand, so its next report earns it a share. With
+// SpareEqual the same client gets an equal part of any unused budget instead.
+//
+// Guarantees: the shares of one allocation, summed in client-ID order, never
+// exceed the budget; each bucket's rate is at most its share; a client that
+// stops reporting drops out of the allocation once its last report is older
+// than the store's TTL (DefaultTTL, two report intervals). The burst allowance
+// on top of the budget is documented at BucketFor.
+package quota
