@@ -31,95 +31,98 @@ const (
 // Check, an ext_proc stream).
 func TestEnvoyTracing(t *testing.T) {
 	t.Parallel()
-	// Envoy's OpenTelemetry tracer on (random_sampling 100): for each of its
-	// gRPC calls Envoy makes a client span under the request's ingress span
-	// and sends it as traceparent in the call's metadata; every extauthz
-	// server span is that span's child, in Envoy's trace. Measured with
-	// Envoy 1.40 for RLS, ext_authz and ext_proc alike.
-	t.Run("envoy_traces", func(t *testing.T) {
-		t.Parallel()
-		recv := otlptest.Start(t, otlptest.GRPC)
-		s := newStack(t, tracingOpts(recv, true))
-		cases := []struct {
-			name        string
-			traceparent string
-		}{
-			{"envoy_starts_the_trace", ""},
-			{"client_traceparent", "00-" + clientTrace + "-" + clientSpan + "-01"},
-		}
-		for i, c := range cases {
-			path := fmt.Sprintf("/orders?trace=%s", uniq(c.name))
-			h := map[string]string{"x-tenant-id": uniq("trace")}
-			if c.traceparent != "" {
-				h["traceparent"] = c.traceparent
-			}
-			if r := s.do(t, req{path: path, header: h}); r.status != http.StatusOK {
-				t.Fatalf("%s: GET %s: got %s, want 200", c.name, path, r)
-			}
-			// Each request ends 4 Envoy spans (ingress and 3 egress) and 3
-			// extauthz server spans, wherever they land.
-			spans := waitSpans(t, recv, 4*(i+1), 3*(i+1))
-			ingress, err := ingressSpan(spans, path)
-			if err != nil {
-				t.Fatalf("%s: %v\n%s", c.name, err, dump(spans))
-			}
-			if c.traceparent != "" && (ingress.TraceID() != clientTrace || ingress.ParentSpanID() != clientSpan) {
-				t.Errorf("%s: Envoy's ingress span is in trace %s under %s, want the client's %s under %s",
-					c.name, ingress.TraceID(), ingress.ParentSpanID(), clientTrace, clientSpan)
-			}
-			for _, api := range tracedAPIs {
-				if err := childOfEgress(spans, ingress, api.server, api.egress); err != nil {
-					t.Errorf("%s: %v", c.name, err)
-				}
-			}
-			if t.Failed() {
-				t.Fatalf("spans:\n%s", dump(spans))
-			}
-		}
-	})
+	t.Run("envoy_traces", testEnvoyTraces)
+	t.Run("envoy_does_not_trace", testEnvoyDoesNotTrace)
+}
 
-	// Envoy without a tracer: the client's traceparent reaches ext_authz and
-	// ext_proc only in the request headers, and extauthz's spans are the
-	// client span's children; the RLS call carries no headers, so its span
-	// starts a trace of its own.
-	t.Run("envoy_does_not_trace", func(t *testing.T) {
-		t.Parallel()
-		recv := otlptest.Start(t, otlptest.GRPC)
-		s := newStack(t, tracingOpts(recv, false))
-		path := "/orders?trace=" + uniq("headers")
-		h := map[string]string{"x-tenant-id": uniq("trace"), "traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}
-		if r := s.do(t, req{path: path, header: h}); r.status != http.StatusOK {
-			t.Fatalf("GET %s: got %s, want 200", path, r)
+// Envoy's OpenTelemetry tracer on (random_sampling 100): for each of its
+// gRPC calls Envoy makes a client span under the request's ingress span
+// and sends it as traceparent in the call's metadata; every extauthz
+// server span is that span's child, in Envoy's trace. Measured with
+// Envoy 1.40 for RLS, ext_authz and ext_proc alike.
+func testEnvoyTraces(t *testing.T) {
+	t.Parallel()
+	recv := otlptest.Start(t, otlptest.GRPC)
+	s := newStack(t, tracingOpts(recv, true))
+	cases := []struct {
+		name        string
+		traceparent string
+	}{
+		{"envoy_starts_the_trace", ""},
+		{"client_traceparent", "00-" + clientTrace + "-" + clientSpan + "-01"},
+	}
+	for i, c := range cases {
+		path := fmt.Sprintf("/orders?trace=%s", uniq(c.name))
+		h := map[string]string{"x-tenant-id": uniq("trace")}
+		if c.traceparent != "" {
+			h["traceparent"] = c.traceparent
 		}
-		spans := waitSpans(t, recv, 0, 3)
-		for _, sp := range spans {
-			if sp.Service() != "extauthz" {
-				t.Errorf("span %q from %q: Envoy has no tracer here", sp.GetName(), sp.Service())
-			}
+		if r := s.do(t, req{path: path, header: h}); r.status != http.StatusOK {
+			t.Fatalf("%s: GET %s: got %s, want 200", c.name, path, r)
+		}
+		// Each request ends 4 Envoy spans (ingress and 3 egress) and 3
+		// extauthz server spans, wherever they land.
+		spans := waitSpans(t, recv, 4*(i+1), 3*(i+1))
+		ingress, err := ingressSpan(spans, path)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, dump(spans))
+		}
+		if c.traceparent != "" && (ingress.TraceID() != clientTrace || ingress.ParentSpanID() != clientSpan) {
+			t.Errorf("%s: Envoy's ingress span is in trace %s under %s, want the client's %s under %s",
+				c.name, ingress.TraceID(), ingress.ParentSpanID(), clientTrace, clientSpan)
 		}
 		for _, api := range tracedAPIs {
-			sp, err := one(spans, "extauthz", api.server, "")
-			if err != nil {
-				t.Error(err)
-				continue
-			}
-			wantTrace, wantParent := clientTrace, clientSpan
-			if strings.Contains(api.server, "ratelimit") {
-				wantParent = "" // a root span; its trace ID is random
-				if sp.TraceID() == clientTrace {
-					t.Errorf("%s is in the client's trace: the RLS call has no headers to take it from", api.server)
-				}
-			} else if sp.TraceID() != wantTrace {
-				t.Errorf("%s in trace %s, want the client's %s", api.server, sp.TraceID(), wantTrace)
-			}
-			if sp.ParentSpanID() != wantParent {
-				t.Errorf("%s has parent %q, want %q", api.server, sp.ParentSpanID(), wantParent)
+			if err := childOfEgress(spans, ingress, api.server, api.egress); err != nil {
+				t.Errorf("%s: %v", c.name, err)
 			}
 		}
 		if t.Failed() {
 			t.Fatalf("spans:\n%s", dump(spans))
 		}
-	})
+	}
+}
+
+// Envoy without a tracer: the client's traceparent reaches ext_authz and
+// ext_proc only in the request headers, and extauthz's spans are the
+// client span's children; the RLS call carries no headers, so its span
+// starts a trace of its own.
+func testEnvoyDoesNotTrace(t *testing.T) {
+	t.Parallel()
+	recv := otlptest.Start(t, otlptest.GRPC)
+	s := newStack(t, tracingOpts(recv, false))
+	path := "/orders?trace=" + uniq("headers")
+	h := map[string]string{"x-tenant-id": uniq("trace"), "traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}
+	if r := s.do(t, req{path: path, header: h}); r.status != http.StatusOK {
+		t.Fatalf("GET %s: got %s, want 200", path, r)
+	}
+	spans := waitSpans(t, recv, 0, 3)
+	for _, sp := range spans {
+		if sp.Service() != "extauthz" {
+			t.Errorf("span %q from %q: Envoy has no tracer here", sp.GetName(), sp.Service())
+		}
+	}
+	for _, api := range tracedAPIs {
+		sp, err := one(spans, "extauthz", api.server, "")
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		wantTrace, wantParent := clientTrace, clientSpan
+		if strings.Contains(api.server, "ratelimit") {
+			wantParent = "" // a root span; its trace ID is random
+			if sp.TraceID() == clientTrace {
+				t.Errorf("%s is in the client's trace: the RLS call has no headers to take it from", api.server)
+			}
+		} else if sp.TraceID() != wantTrace {
+			t.Errorf("%s in trace %s, want the client's %s", api.server, sp.TraceID(), wantTrace)
+		}
+		if sp.ParentSpanID() != wantParent {
+			t.Errorf("%s has parent %q, want %q", api.server, sp.ParentSpanID(), wantParent)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("spans:\n%s", dump(spans))
+	}
 }
 
 // tracingOpts is a one-replica front-proxy stack exporting to recv; Envoy

@@ -74,9 +74,33 @@ func runFailover(t *testing.T, mode failover.Mode, takeDown func(*redistest.Serv
 	downAt := time.Now()
 	takeDown(victim)
 	promotedAt := waitPromoted(t, replica, 30*time.Second)
-	// Load on until a second after the lost master's keys are decided by
-	// Redis again (necessarily by the promoted replica), or for 15 s
-	// (go-redis alone refreshes its slot map every minute).
+	backAt := waitBack(rec, onVictim, downAt, promotedAt)
+	close(stop)
+	wg.Wait()
+	t.Logf("%s: replica promoted %s after the master went down", mode, promotedAt.Sub(downAt).Round(time.Millisecond))
+
+	healthyOff := tallyOffRedis(t, mode, rec, onVictim, nodeOf)
+	errs, opened := events()
+	checkHealthyMasters(t, errs, opened, healthyOff, victim.Addr, replica.Addr)
+	if backAt.IsZero() {
+		t.Fatalf("the lost master's keys never went back to Redis in the 15 s after the promotion")
+	}
+	back := backAt.Sub(promotedAt)
+	t.Logf("the lost master's keys back on Redis %s after the promotion was visible to a 50 ms poll", back.Round(time.Millisecond))
+	// A generous bound (the target is ~2 s); go-redis's own one-minute
+	// slot-map refresh would fail it.
+	if back > 10*time.Second {
+		t.Errorf("the lost master's keys went back to Redis %s after the promotion", back)
+	}
+	victim.Resume() // a paused master rejoins (as a replica); a killed one stays down
+	checkNoGrowth(t, client, goroutines, conns)
+}
+
+// waitBack keeps the load on until a second after the lost master's keys
+// are decided by Redis again (necessarily by the promoted replica), or for
+// 15 s (go-redis alone refreshes its slot map every minute), and returns
+// when they were first back (zero if never).
+func waitBack(rec *recorder, onVictim []bool, downAt, promotedAt time.Time) time.Time {
 	var backAt time.Time
 	for time.Now().Before(promotedAt.Add(15 * time.Second)) {
 		time.Sleep(250 * time.Millisecond)
@@ -84,10 +108,14 @@ func runFailover(t *testing.T, mode failover.Mode, takeDown func(*redistest.Serv
 			break
 		}
 	}
-	close(stop)
-	wg.Wait()
-	t.Logf("%s: replica promoted %s after the master went down", mode, promotedAt.Sub(downAt).Round(time.Millisecond))
+	return backAt
+}
 
+// tallyOffRedis counts the decisions taken without Redis, failing on one
+// admitted in closed mode and when none of the lost master's keys went to
+// the failure mode; it returns those of healthy masters' keys by node.
+func tallyOffRedis(t *testing.T, mode failover.Mode, rec *recorder, onVictim []bool, nodeOf []string) map[string]int {
+	t.Helper()
 	var victimOff, total int
 	healthyOff := map[string]int{} // by node
 	for _, d := range rec.log {
@@ -108,7 +136,14 @@ func runFailover(t *testing.T, mode failover.Mode, takeDown func(*redistest.Serv
 	if victimOff == 0 {
 		t.Errorf("no decision on the lost master's keys was taken without Redis: the test did not take it down")
 	}
-	errs, opened := events()
+	return healthyOff
+}
+
+// checkHealthyMasters: a healthy master's keys are decided by it alone, so
+// only its own failures (timeouts on a loaded test machine) may send them
+// to the failure mode, and only its own failures open its breaker.
+func checkHealthyMasters(t *testing.T, errs []nodeErr, opened map[string]bool, healthyOff map[string]int, victim, replica string) {
+	t.Helper()
 	nodeErrs := map[string]int{}
 	kinds := map[string]int{}
 	for _, e := range errs {
@@ -119,31 +154,16 @@ func runFailover(t *testing.T, mode failover.Mode, takeDown func(*redistest.Serv
 		kinds[e.node+": "+e.err[:min(len(e.err), 40)]]++
 	}
 	t.Logf("errors: %v", kinds)
-	// A healthy master's keys are decided by it alone: only its own
-	// failures (timeouts on a loaded test machine) may send them to the
-	// failure mode, and only its own failures open its breaker.
 	for node, n := range healthyOff {
 		if nodeErrs[node] == 0 {
 			t.Errorf("%d decisions on keys of healthy master %s were taken without Redis, which never failed", n, node)
 		}
 	}
 	for node := range opened {
-		if node != victim.Addr && node != replica.Addr && nodeErrs[node] < failover.DefaultFailureThreshold {
+		if node != victim && node != replica && nodeErrs[node] < failover.DefaultFailureThreshold {
 			t.Errorf("the breaker of healthy master %s opened after %d failures of its own", node, nodeErrs[node])
 		}
 	}
-	if backAt.IsZero() {
-		t.Fatalf("the lost master's keys never went back to Redis in the 15 s after the promotion")
-	}
-	back := backAt.Sub(promotedAt)
-	t.Logf("the lost master's keys back on Redis %s after the promotion was visible to a 50 ms poll", back.Round(time.Millisecond))
-	// A generous bound (the target is ~2 s); go-redis's own one-minute
-	// slot-map refresh would fail it.
-	if back > 10*time.Second {
-		t.Errorf("the lost master's keys went back to Redis %s after the promotion", back)
-	}
-	victim.Resume() // a paused master rejoins (as a replica); a killed one stays down
-	checkNoGrowth(t, client, goroutines, conns)
 }
 
 // recorder keeps every decision of the load.
