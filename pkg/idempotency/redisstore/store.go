@@ -23,12 +23,13 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 )
 
 // Defaults for Options.
 const (
-	DefaultPrefix        = "xa"
+	DefaultPrefix        = redisclient.DefaultPrefix
 	DefaultMaxBodyBytes  = 16 << 20
 	DefaultCompressAbove = 1 << 10
 )

@@ -24,12 +24,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // DefaultPrefix starts every key when Options.Prefix is empty.
-const DefaultPrefix = "xa"
+const DefaultPrefix = redisclient.DefaultPrefix
 
 // Client is what the store needs from Redis: sending commands, pipelines,
 // and loading the script. Both *redis.Client and *redis.ClusterClient
