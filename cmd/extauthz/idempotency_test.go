@@ -10,10 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/guard"
-	"github.com/extauthz/extauthz/pkg/ratelimit/redisstore"
 )
 
 // TestRedisIdempotencyStoreIsGuarded: with Redis configured the idempotency
@@ -25,7 +25,7 @@ func TestRedisIdempotencyStoreIsGuarded(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	// The client as production builds it: it honours the callers' deadlines
 	// and does not retry, so each hung call ends at its 100 ms.
-	client, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL})
+	client, err := redisclient.New(redisclient.Options{URL: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

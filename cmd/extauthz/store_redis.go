@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
@@ -24,7 +25,7 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("EXTAUTHZ_FAILURE_MODE: %w", err)
 	}
-	client, err := redisstore.NewClient(redisstore.ClientOptions{
+	client, err := redisclient.New(redisclient.Options{
 		URL:                   cfg.RedisURL,
 		Cluster:               cfg.RedisCluster,
 		PoolSize:              cfg.RedisPoolSize,

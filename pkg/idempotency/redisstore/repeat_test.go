@@ -18,12 +18,12 @@ func TestBeginTwiceSameToken(t *testing.T) {
 	fp := idempotency.NewFingerprint("POST", "/", nil, nil).String()
 	token := idempotency.NewToken()
 	for i := range 2 {
-		v, err := run(ctx, c, beginScript, []string{key}, token, fp, "60000")
+		v, err := beginScript.Run(ctx, c, []string{key}, []any{token, fp, "60000"}).Result()
 		if err != nil || v.([]any)[0] != int64(codeAcquired) {
 			t.Fatalf("Begin #%d with the same token = %v, %v; want acquired", i+1, v, err)
 		}
 	}
-	v, err := run(ctx, c, beginScript, []string{key}, idempotency.NewToken(), fp, "60000")
+	v, err := beginScript.Run(ctx, c, []string{key}, []any{idempotency.NewToken(), fp, "60000"}).Result()
 	if err != nil || v.([]any)[0] != int64(codeInProgress) {
 		t.Fatalf("Begin with another token = %v, %v; want in progress", v, err)
 	}

@@ -10,11 +10,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 )
 
 // One script per transition; each touches one key, so each runs unchanged
-// on Redis Cluster.
+// on Redis Cluster. Every script is also safe to apply twice for the same
+// owner token: redisscript never lets go-redis re-send one, and a re-send
+// that slips through (a proxy, another client) is harmless too.
 var (
 	//go:embed begin.lua
 	beginSrc string
@@ -25,57 +28,15 @@ var (
 	//go:embed renew.lua
 	renewSrc string
 
-	beginScript    = newScript(beginSrc)
-	completeScript = newScript(completeSrc)
-	releaseScript  = newScript(releaseSrc)
-	renewScript    = newScript(renewSrc)
+	beginScript    = redisscript.New(beginSrc)
+	completeScript = redisscript.New(completeSrc)
+	releaseScript  = redisscript.New(releaseSrc)
+	renewScript    = redisscript.New(renewSrc)
 )
-
-// script is a Lua source and the SHA-1 EVALSHA names it by.
-type script struct{ src, sha string }
-
-func newScript(src string) script { return script{src: src, sha: redis.NewScript(src).Hash()} }
-
-// noRetryCmd is a script call that go-redis must never re-send on its own
-// (the cluster client retries timed-out commands even with MaxRetries -1).
-// Every script is also safe to apply twice for the same owner token, so a
-// re-send that slips through (a proxy, another client) is harmless too.
-type noRetryCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to retry the command.
-func (noRetryCmd) NoRetry() bool { return true }
 
 // Processor runs one command: *redis.Client and *redis.ClusterClient.
 type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// run runs sc by EVALSHA, and by EVAL when the server does not know it
-// (NOSCRIPT: a new node or SCRIPT FLUSH; nothing ran, so sending again is
-// safe).
-func run(ctx context.Context, c Processor, sc script, keys []string, args ...any) (any, error) {
-	v, err := runAs(ctx, c, "evalsha", sc.sha, keys, args)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		v, err = runAs(ctx, c, "eval", sc.src, keys, args)
-	}
-	return v, err
-}
-
-func runAs(ctx context.Context, c Processor, verb, script string, keys []string, args []any) (any, error) {
-	cmd := scriptCmd(ctx, verb, script, keys, args)
-	_ = c.Process(ctx, cmd) // the error is also on cmd
-	return cmd.Result()
-}
-
-// scriptCmd is `verb script len(keys) keys... args...` as a command go-redis
-// never re-sends; verb is evalsha (script is the SHA-1) or eval (the source).
-func scriptCmd(ctx context.Context, verb, script string, keys []string, args []any) noRetryCmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, verb, script, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	return noRetryCmd{redis.NewCmd(ctx, append(a, args...)...)}
 }
 
 // Reply codes of begin.lua. The scripts also hard-code the hash fields

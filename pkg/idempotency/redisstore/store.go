@@ -23,12 +23,13 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 )
 
 // Defaults for Options.
 const (
-	DefaultPrefix        = "xa"
+	DefaultPrefix        = redisclient.DefaultPrefix
 	DefaultMaxBodyBytes  = 16 << 20
 	DefaultCompressAbove = 1 << 10
 )
@@ -102,7 +103,7 @@ func (s *Store) Begin(ctx context.Context, scope, key string, fp idempotency.Fin
 		return idempotency.Outcome{}, idempotency.ErrClosed
 	}
 	token := idempotency.NewToken()
-	v, err := run(ctx, s.client, beginScript, []string{s.Key(scope, key)}, token, fp.String(), ms(ttls.Lease))
+	v, err := beginScript.Run(ctx, s.client, []string{s.Key(scope, key)}, []any{token, fp.String(), ms(ttls.Lease)}).Result()
 	if err != nil {
 		return idempotency.Outcome{}, fmt.Errorf("idempotency begin: %w", err)
 	}
@@ -144,7 +145,7 @@ func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
 	if err := s.check(l); err != nil {
 		return err
 	}
-	v, err := run(ctx, s.client, releaseScript, []string{s.Key(l.Scope, l.Key)}, l.Token)
+	v, err := releaseScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)}, []any{l.Token}).Result()
 	if err = lost(v, err); err != nil {
 		return fmt.Errorf("idempotency release: %w", err)
 	}
@@ -156,7 +157,7 @@ func (s *Store) Renew(ctx context.Context, l idempotency.Lease) error {
 	if err := s.check(l); err != nil {
 		return err
 	}
-	v, err := run(ctx, s.client, renewScript, []string{s.Key(l.Scope, l.Key)}, l.Token, ms(l.TTLs.Lease))
+	v, err := renewScript.Run(ctx, s.client, []string{s.Key(l.Scope, l.Key)}, []any{l.Token, ms(l.TTLs.Lease)}).Result()
 	if err = lost(v, err); err != nil {
 		return fmt.Errorf("idempotency renew: %w", err)
 	}

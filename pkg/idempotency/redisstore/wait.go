@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/internal/redisscript"
 )
 
 // Wait narrows the window in which a failover loses a completed record.
@@ -53,17 +55,18 @@ func (w Wait) check(client Processor) error {
 
 // runComplete runs complete.lua on key, followed by WAIT when configured.
 func (s *Store) runComplete(ctx context.Context, key string, args ...any) (any, error) {
+	keys := []string{key}
 	if s.wait.Replicas == 0 {
-		return run(ctx, s.client, completeScript, []string{key}, args...)
+		return completeScript.Run(ctx, s.client, keys, args).Result()
 	}
 	node, err := s.master(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	v, acked, err := s.completeWait(ctx, node, key, "evalsha", completeScript.sha, args)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	v, acked, err := s.completeWait(ctx, node, completeScript.EvalSha(ctx, keys, args))
+	if redisscript.IsNoScript(err) {
 		// The script did not run: sending it in full is safe.
-		v, acked, err = s.completeWait(ctx, node, key, "eval", completeScript.src, args)
+		v, acked, err = s.completeWait(ctx, node, completeScript.Eval(ctx, keys, args))
 	}
 	if err == nil && acked < int64(s.wait.Replicas) && s.wait.Short != nil {
 		s.wait.Short(key, acked)
@@ -71,12 +74,11 @@ func (s *Store) runComplete(ctx context.Context, key string, args ...any) (any, 
 	return v, err
 }
 
-// completeWait sends the script (verb evalsha or eval) and WAIT in one
-// pipeline, hence on one connection, and returns the script's reply and the
-// replicas that acknowledged.
-func (s *Store) completeWait(ctx context.Context, node *redis.Client, key, verb, script string, args []any) (any, int64, error) {
+// completeWait sends the script command and WAIT in one pipeline, hence on
+// one connection, and returns the script's reply and the replicas that
+// acknowledged.
+func (s *Store) completeWait(ctx context.Context, node *redis.Client, cmd redisscript.Cmd) (any, int64, error) {
 	pipe := node.Pipeline()
-	cmd := scriptCmd(ctx, verb, script, []string{key}, args)
 	_ = pipe.Process(ctx, cmd)
 	wait := pipe.Do(ctx, "WAIT", s.wait.Replicas, s.wait.Timeout.Milliseconds())
 	_, _ = pipe.Exec(ctx)

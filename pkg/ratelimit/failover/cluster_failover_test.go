@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
@@ -234,7 +235,7 @@ type nodeErr struct{ node, err string }
 // store reported and the nodes whose breaker opened.
 func clusterStack(t *testing.T, cl *redistest.Cluster, mode failover.Mode) (*failover.Store, *redisstore.Store, *redis.ClusterClient, func() ([]nodeErr, map[string]bool)) {
 	t.Helper()
-	uc, err := redisstore.NewClient(redisstore.ClientOptions{
+	uc, err := redisclient.New(redisclient.Options{
 		URL: cl.URL, Cluster: true, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	})
 	if err != nil {

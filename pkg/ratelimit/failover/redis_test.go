@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
@@ -19,7 +20,7 @@ import (
 // Redis store, failure wrapper with the given mode.
 func onRedis(t *testing.T, srv *redistest.Server, mode failover.Mode) (*failover.Store, *prometheus.Registry) {
 	t.Helper()
-	client, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL})
+	client, err := redisclient.New(redisclient.Options{URL: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func runBatch(t *testing.T, s *Store, reqs []ratelimit.Request, now int64) []*ca
 			t.Fatalf("request %d would not be batched: %+v", i, r)
 		}
 	}
-	cmd := s.runScript(context.Background(), batchCall(calls))
+	cmd := batchCall(calls).Run(context.Background(), s.client)
 	answerBatch(calls, cmd)
 	return calls
 }

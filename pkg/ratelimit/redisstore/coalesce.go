@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -201,7 +202,7 @@ func (s *Store) send(batch []*call) {
 		return
 	case 1:
 		c := live[0]
-		cmd := s.runScript(c.ctx, scriptCall{scriptFor(c.args), c.keys, c.args})
+		cmd := scriptFor(c.args).Run(c.ctx, s.client, c.keys, c.args)
 		c.answer(cmd.Result())
 		return
 	}
@@ -221,14 +222,14 @@ func (s *Store) sendTogether(ctx context.Context, live []*call) {
 	if len(together) < 2 {
 		together, apart = nil, live
 	}
-	calls := make([]scriptCall, 0, len(apart)+1)
+	calls := make([]redisscript.Call, 0, len(apart)+1)
 	for _, c := range apart {
-		calls = append(calls, scriptCall{scriptFor(c.args), c.keys, c.args})
+		calls = append(calls, redisscript.Call{Script: scriptFor(c.args), Keys: c.keys, Args: c.args})
 	}
 	if together != nil {
 		calls = append(calls, batchCall(together))
 	}
-	cmds := s.runPipeline(ctx, calls)
+	cmds := redisscript.RunPipeline(ctx, s.client, calls)
 	for i, c := range apart {
 		c.answer(cmds[i].Result())
 	}
@@ -254,7 +255,7 @@ func splitBatchable(live []*call) (together, apart []*call) {
 // batchCall is one call of single.lua's batch script deciding every call
 // in calls (each one limit): KEYS is their keys in order; ARGV is the shared
 // clock, then each call's hits and limit.
-func batchCall(calls []*call) scriptCall {
+func batchCall(calls []*call) redisscript.Call {
 	keys := make([]string, len(calls))
 	args := make([]any, 1, 1+len(calls)*(1+limitArgs))
 	args[0] = calls[0].args[argNow] // the store's clock: the same in every call
@@ -263,13 +264,13 @@ func batchCall(calls []*call) scriptCall {
 		args = append(args, c.args[argHits])
 		args = append(args, c.args[argFirstLimit:argFirstLimit+limitArgs]...)
 	}
-	return scriptCall{decideBatch, keys, args}
+	return redisscript.Call{Script: decideBatch, Keys: keys, Args: args}
 }
 
 // answerBatch answers each call from its element of the batch script's
 // reply: its decision, or its own error. A failed command fails them all;
 // none is sent again (it may have run).
-func answerBatch(calls []*call, cmd noRetryCmd) {
+func answerBatch(calls []*call, cmd redisscript.Cmd) {
 	v, err := cmd.Result()
 	arr, ok := v.([]any)
 	if err == nil && (!ok || len(arr) != len(calls)) {
@@ -314,47 +315,4 @@ func batchContext(calls []*call) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
-}
-
-// scriptCall is one script command: which script, its KEYS and ARGV.
-type scriptCall struct {
-	sc   script
-	keys []string
-	args []any
-}
-
-func (c scriptCall) cmd(ctx context.Context, sha bool) noRetryCmd {
-	return scriptCmd(ctx, sha, c.sc, c.keys, c.args)
-}
-
-// runScript runs one script with EVALSHA, falling back to EVAL on NOSCRIPT
-// (which means the script did not run, so sending it again is safe).
-func (s *Store) runScript(ctx context.Context, c scriptCall) noRetryCmd {
-	cmd := c.cmd(ctx, true)
-	err := s.client.Process(ctx, cmd)
-	if isNoScript(err) {
-		cmd = c.cmd(ctx, false)
-		_ = s.client.Process(ctx, cmd) // the error is on cmd
-	}
-	return cmd
-}
-
-// runPipeline sends every script call as EVALSHA in one pipeline; those a
-// node answers NOSCRIPT (an empty script cache after a restart or failover)
-// are sent again with EVAL, which loads the script there.
-func (s *Store) runPipeline(ctx context.Context, calls []scriptCall) []noRetryCmd {
-	cmds := s.pipeline(ctx, true, calls, allIndexes(len(calls)))
-	var missing []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			missing = append(missing, i)
-		}
-	}
-	if len(missing) > 0 {
-		retried := s.pipeline(ctx, false, calls, missing)
-		for j, i := range missing {
-			cmds[i] = retried[j]
-		}
-	}
-	return cmds
 }

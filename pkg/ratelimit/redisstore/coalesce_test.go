@@ -35,7 +35,7 @@ func isScript(c redis.Cmder) bool { return c.Name() == "evalsha" || c.Name() == 
 // one decision.
 func isBatch(c redis.Cmder) bool {
 	a := c.Args()
-	return a[1] == decideBatch.sha || a[1] == decideBatch.src
+	return a[1] == decideBatch.SHA() || a[1] == decideBatch.Source()
 }
 
 // record notes the decisions cmds carry and returns how many.

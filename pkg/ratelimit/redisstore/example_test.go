@@ -1,30 +1,24 @@
 package redisstore_test
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit/redisstore"
 )
 
-// NewClient builds a standalone or cluster client from a URL without
-// connecting, and New wraps it; a Redis that is down at start-up is not an
-// error. TLS options need a rediss:// URL.
-func ExampleNewClient() {
-	client, err := redisstore.NewClient(redisstore.ClientOptions{
-		URL:     "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002",
-		Cluster: true,
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+// New wraps a standalone or cluster client without contacting Redis; a
+// Redis that is down at start-up is not an error. A prefix holding a brace
+// would move the keys' hash tag.
+func ExampleNew() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000", "127.0.0.1:7001"}})
 	defer client.Close()
 	store, err := redisstore.New(client, redisstore.Options{Prefix: "xa"})
 	fmt.Printf("%T %v\n", store, err)
 
-	_, err = redisstore.NewClient(redisstore.ClientOptions{URL: "redis://127.0.0.1:6379", TLSCAFile: "ca.pem"})
-	fmt.Println(errors.Is(err, redisstore.ErrClientConfig))
+	_, err = redisstore.New(client, redisstore.Options{Prefix: "x{a}"})
+	fmt.Println(err != nil)
 	// Output:
 	// *redisstore.Store <nil>
 	// true

@@ -1,44 +1,32 @@
 package redisstore
 
 import (
-	"context"
-	"crypto/sha1" //nolint:gosec // EVALSHA names scripts by SHA-1
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 //go:embed decide.lua
 var decideSrc string
 
-// script is Lua source and the SHA-1 that EVALSHA runs it by.
-type script struct{ src, sha string }
-
-func newScript(src string) script {
-	sum := sha1.Sum([]byte(src))
-	return script{src: src, sha: hex.EncodeToString(sum[:])}
-}
-
 // decideAll is decide.lua whole: it decides a request whose limits mix
 // algorithms.
-var decideAll = newScript(decideSrc)
+var decideAll = redisscript.New(decideSrc)
 
 // decideOnly holds, per algorithm code, decide.lua without the other
 // algorithms' deciders: the script of a request whose limits all use that
 // algorithm (when single.lua does not cover it). Redis then builds one
 // decider's closures per call instead of four.
-var decideOnly = func() map[int]script {
-	m := make(map[int]script, len(algCodes))
+var decideOnly = func() map[int]redisscript.Script {
+	m := make(map[int]redisscript.Script, len(algCodes))
 	for alg, code := range algCodes {
-		m[code] = newScript(onlyBlock(decideSrc, "alg", string(alg)))
+		m[code] = redisscript.New(onlyBlock(decideSrc, "alg", string(alg)))
 	}
 	return m
 }()
@@ -69,12 +57,12 @@ var singleSrc string
 // decideSingle is single.lua's "single" script: one gcra or fixed_window
 // limit, decided without decide.lua's per-call closures and tables (a third
 // less Redis time per call; see the file).
-var decideSingle = newScript(onlyBlock(singleSrc, "main", "single"))
+var decideSingle = redisscript.New(onlyBlock(singleSrc, "main", "single"))
 
 // decideBatch is single.lua's "batch" script: many requests that
 // decideSingle would decide, in one call to a standalone server (see
 // batchCall).
-var decideBatch = newScript(onlyBlock(singleSrc, "main", "batch"))
+var decideBatch = redisscript.New(onlyBlock(singleSrc, "main", "batch"))
 
 // singleCodes are the algorithm codes single.lua decides.
 var singleCodes = map[int]bool{algCodes[ratelimit.GCRA]: true, algCodes[ratelimit.FixedWindow]: true}
@@ -82,7 +70,7 @@ var singleCodes = map[int]bool{algCodes[ratelimit.GCRA]: true, algCodes[ratelimi
 // scriptFor picks the script for a request from its ARGV: single.lua for
 // one limit it covers, else the single-algorithm script when every limit
 // shares one algorithm, else decide.lua whole.
-func scriptFor(args []any) script {
+func scriptFor(args []any) redisscript.Script {
 	code, _ := args[argFirstLimit].(int)
 	if len(args) == argFirstLimit+limitArgs && singleCodes[code] {
 		return decideSingle
@@ -99,37 +87,12 @@ func scriptFor(args []any) script {
 }
 
 // allScripts is every script the store may run, for loading up front.
-func allScripts() []script {
-	out := []script{decideAll, decideSingle, decideBatch}
+func allScripts() []redisscript.Script {
+	out := []redisscript.Script{decideAll, decideSingle, decideBatch}
 	for _, s := range decideOnly {
 		out = append(out, s)
 	}
 	return out
-}
-
-// noRetryCmd is a script call that go-redis must never re-send on its own.
-// A call whose reply was lost (a read timeout, a dropped connection) may
-// already have charged its hits; the cluster client would otherwise retry
-// it on timeouts and charge them twice. Failures go to the caller instead
-// (see package failover).
-type noRetryCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to retry the command.
-func (noRetryCmd) NoRetry() bool { return true }
-
-// scriptCmd builds EVALSHA (sha) or EVAL of sc.
-func scriptCmd(ctx context.Context, sha bool, sc script, keys []string, args []any) noRetryCmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	if sha {
-		a = append(a, "evalsha", sc.sha)
-	} else {
-		a = append(a, "eval", sc.src)
-	}
-	a = append(a, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	return noRetryCmd{redis.NewCmd(ctx, append(a, args...)...)}
 }
 
 // Argument and reply layout of decide.lua. The Lua reads ARGV and builds its
@@ -222,11 +185,4 @@ func parseReply(v any, limits int) (ratelimit.Decision, error) {
 		}
 	}
 	return d, nil
-}
-
-// isNoScript reports a NOSCRIPT reply: the node does not hold the script,
-// so the command did not run. The nil check first keeps the common case
-// free: redis.HasErrorPrefix allocates on every call, error or not.
-func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }

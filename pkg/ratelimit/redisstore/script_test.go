@@ -23,7 +23,7 @@ func TestSingleAlgorithmScripts(t *testing.T) {
 		}}
 		sc := scriptFor(scriptArgs(req, 0))
 		for other, decl := range deciderOf {
-			if got, want := strings.Contains(sc.src, decl), other == alg; got != want {
+			if got, want := strings.Contains(sc.Source(), decl), other == alg; got != want {
 				t.Errorf("%s script holds %s: %v, want %v", alg, other, got, want)
 			}
 		}
@@ -31,14 +31,14 @@ func TestSingleAlgorithmScripts(t *testing.T) {
 	for alg := range algCodes {
 		one := ratelimit.Request{Key: "k", Hits: 1, Limits: []ratelimit.Limit{limitFor(alg, 10, time.Minute)}}
 		sc := scriptFor(scriptArgs(one, 0))
-		if want := alg == ratelimit.GCRA || alg == ratelimit.FixedWindow; (sc.sha == decideSingle.sha) != want {
-			t.Errorf("one %s limit runs single.lua: %v, want %v", alg, sc.sha == decideSingle.sha, want)
+		if want := alg == ratelimit.GCRA || alg == ratelimit.FixedWindow; (sc.SHA() == decideSingle.SHA()) != want {
+			t.Errorf("one %s limit runs single.lua: %v, want %v", alg, sc.SHA() == decideSingle.SHA(), want)
 		}
 	}
 	mixed := ratelimit.Request{Key: "k", Hits: 1, Limits: []ratelimit.Limit{
 		limitFor(ratelimit.GCRA, 10, time.Minute), limitFor(ratelimit.FixedWindow, 100, time.Hour),
 	}}
-	if sc := scriptFor(scriptArgs(mixed, 0)); sc.sha != decideAll.sha {
+	if sc := scriptFor(scriptArgs(mixed, 0)); sc.SHA() != decideAll.SHA() {
 		t.Errorf("mixed request runs a single-algorithm script")
 	}
 }

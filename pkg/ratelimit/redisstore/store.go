@@ -24,11 +24,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
+	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // DefaultPrefix starts every key when Options.Prefix is empty.
-const DefaultPrefix = "xa"
+const DefaultPrefix = redisclient.DefaultPrefix
 
 // Client is what the store needs from Redis: sending commands, pipelines,
 // and loading the script. Both *redis.Client and *redis.ClusterClient
@@ -133,7 +135,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return ratelimit.ErrClosed
 	}
 	for _, sc := range allScripts() {
-		if err := s.client.ScriptLoad(ctx, sc.src).Err(); err != nil {
+		if err := s.client.ScriptLoad(ctx, sc.Source()).Err(); err != nil {
 			return fmt.Errorf("redisstore: load script: %w", err)
 		}
 	}
@@ -150,7 +152,7 @@ func (s *Store) Close() error {
 // runOne runs one request with EVALSHA, falling back to EVAL on NOSCRIPT.
 func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.Decision, error) {
 	keys, args := requestKeys(s.prefix, req), scriptArgs(req, s.fixedNow())
-	cmd := s.runScript(ctx, scriptCall{scriptFor(args), keys, args}) // coalesce.go
+	cmd := scriptFor(args).Run(ctx, s.client, keys, args)
 	if err := cmd.Err(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
@@ -166,12 +168,12 @@ func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.
 // those requests are re-sent with EVAL, which also loads the script there.
 func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	now := s.fixedNow()
-	calls := make([]scriptCall, len(reqs))
+	calls := make([]redisscript.Call, len(reqs))
 	for i, r := range reqs {
 		args := scriptArgs(r, now)
-		calls[i] = scriptCall{scriptFor(args), requestKeys(s.prefix, r), args}
+		calls[i] = redisscript.Call{Script: scriptFor(args), Keys: requestKeys(s.prefix, r), Args: args}
 	}
-	cmds := s.runPipeline(ctx, calls) // coalesce.go
+	cmds := redisscript.RunPipeline(ctx, s.client, calls)
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, c := range cmds {
 		v, err := c.Result()
@@ -185,30 +187,9 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 	return out, nil
 }
 
-// pipeline queues the script for each index and executes the pipeline; the
-// commands carry their own errors.
-func (s *Store) pipeline(ctx context.Context, sha bool, calls []scriptCall, idx []int) []noRetryCmd {
-	p := s.client.Pipeline()
-	cmds := make([]noRetryCmd, len(idx))
-	for j, i := range idx {
-		cmds[j] = calls[i].cmd(ctx, sha)
-		_ = p.Process(ctx, cmds[j]) // queued; the error comes with Exec
-	}
-	_, _ = p.Exec(ctx) // the first error is also on its command
-	return cmds
-}
-
 func (s *Store) fixedNow() int64 {
 	if s.now == nil {
 		return 0
 	}
 	return s.now()
-}
-
-func allIndexes(n int) []int {
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	return idx
 }
