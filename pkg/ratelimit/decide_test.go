@@ -70,7 +70,7 @@ func TestDecideRejectsBadInput(t *testing.T) {
 			t.Errorf("Decide(%+v) error = %v, want ErrInvalidLimit", l, err)
 		}
 	}
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		good.Algorithm = a
 		if _, _, err := Decide(good, t0, State{}, -1); !errors.Is(err, ErrInvalidHits) {
 			t.Errorf("%s: hits -1 error = %v, want ErrInvalidHits", a, err)
@@ -82,7 +82,7 @@ func TestDecideRejectsBadInput(t *testing.T) {
 // answers must stay denials with non-negative, saturated durations.
 func TestHitsBeyondRangeNeverWrap(t *testing.T) {
 	t.Parallel()
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		most := int64(math.MaxInt64) // the largest valid Requests
 		if a == SlidingLog {
 			most = MaxSlidingLogRequests
@@ -111,7 +111,7 @@ func TestHitsBeyondRangeNeverWrap(t *testing.T) {
 // its Expires decides exactly like the zero State.
 func TestExpiredStateIsEmpty(t *testing.T) {
 	t.Parallel()
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		l := Limit{Algorithm: a, Requests: 5, Period: time.Second}
 		_, s, err := Decide(l, t0+123, State{}, 3)
 		if err != nil {
@@ -147,7 +147,7 @@ func TestBoundaryBurst(t *testing.T) {
 		GCRA:          func(n int64) bool { return n == r },
 		SlidingWindow: func(n int64) bool { return n >= r && n < 2*r },
 	}
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		l := Limit{Algorithm: a, Requests: r, Period: time.Minute}
 		var s State
 		var admitted int64
@@ -194,7 +194,7 @@ func TestMicrosSaturates(t *testing.T) {
 func TestApplyMatchesDecide(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(7, 7))
-	for _, a := range Algorithms {
+	for _, a := range Algorithms() {
 		l := Limit{Algorithm: a, Requests: 6, Period: 250 * ms, Burst: 4}
 		var viaDecide, viaApply State
 		now := t0

@@ -37,8 +37,11 @@ const (
 	FixedWindow Algorithm = "fixed_window"
 )
 
-// Algorithms lists every supported algorithm, default first.
-var Algorithms = []Algorithm{GCRA, SlidingLog, SlidingWindow, FixedWindow}
+// Algorithms returns every supported algorithm, default first (a new slice
+// each call, so no caller can change another's list).
+func Algorithms() []Algorithm {
+	return []Algorithm{GCRA, SlidingLog, SlidingWindow, FixedWindow}
+}
 
 // Valid reports whether a names a supported algorithm (the empty name is GCRA).
 func (a Algorithm) Valid() bool {

@@ -33,7 +33,7 @@ func benchStore(b *testing.B) *Store {
 
 // BenchmarkMemstoreAllow: one goroutine, one hot key.
 func BenchmarkMemstoreAllow(b *testing.B) {
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		b.Run(string(a), func(b *testing.B) {
 			s, l, ctx := benchStore(b), benchLimit(a), context.Background()
 			b.ReportAllocs()
@@ -68,7 +68,7 @@ func BenchmarkMemstoreAllowFakeClock(b *testing.B) {
 // BenchmarkMemstoreAllowParallel: GOMAXPROCS goroutines, each on its own
 // key (so shards spread the load), plus the hot-key contention case.
 func BenchmarkMemstoreAllowParallel(b *testing.B) {
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		b.Run(string(a), func(b *testing.B) {
 			s, l, ctx := benchStore(b), benchLimit(a), context.Background()
 			var id atomic.Int64
@@ -106,7 +106,7 @@ func BenchmarkMemstoreAllowManyKeys(b *testing.B) {
 	for i := range keys {
 		keys[i] = "tenant|domain|user=" + strconv.Itoa(i)
 	}
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		b.Run(string(a), func(b *testing.B) {
 			s, ctx := benchStore(b), context.Background()
 			l := ratelimit.Limit{Algorithm: a, Requests: 10, Period: time.Second}

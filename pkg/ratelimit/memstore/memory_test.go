@@ -19,7 +19,7 @@ func TestManyKeysStayBounded(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		n = 200_000
 	}
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			s, c := newStore(t, Options{})

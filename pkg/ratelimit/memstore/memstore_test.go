@@ -64,7 +64,7 @@ func mustAllow(t *testing.T, s *Store, key string, l ratelimit.Limit, hits int64
 // hits == 0 charge nothing.
 func TestAllowEachAlgorithm(t *testing.T) {
 	t.Parallel()
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			s, c := newStore(t, Options{})
@@ -102,7 +102,7 @@ func TestAllowEachAlgorithm(t *testing.T) {
 func TestStoreMatchesDecide(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		s, c := newStore(t, Options{Shards: 1})
 		l := ratelimit.Limit{Algorithm: a, Requests: 7, Period: 300 * time.Millisecond, Burst: 3}
 		var st ratelimit.State
@@ -126,7 +126,7 @@ func TestStoreMatchesDecide(t *testing.T) {
 
 func TestHitsZeroChargesNothing(t *testing.T) {
 	t.Parallel()
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		s, _ := newStore(t, Options{})
 		l := limit(a, 2, time.Minute)
 		for range 10 {
@@ -296,7 +296,7 @@ func TestNewOptions(t *testing.T) {
 // hour; exactly 1000 are admitted. Run with -race.
 func TestConcurrentOneKey(t *testing.T) {
 	t.Parallel()
-	for _, a := range ratelimit.Algorithms {
+	for _, a := range ratelimit.Algorithms() {
 		t.Run(string(a), func(t *testing.T) {
 			t.Parallel()
 			s, _ := newStore(t, Options{})

@@ -47,7 +47,7 @@ func TestScriptMatchesGoAlgorithms(t *testing.T) {
 	t.Parallel()
 	_, c := standalone(t)
 	for seed := uint64(1); seed <= 24; seed++ {
-		for _, alg := range ratelimit.Algorithms {
+		for _, alg := range ratelimit.Algorithms() {
 			t.Run(fmt.Sprintf("%s/seed%d", alg, seed), func(t *testing.T) {
 				s, clk := fixedStore(t, c)
 				rng := rand.New(rand.NewPCG(seed, uint64(len(alg))))
@@ -64,7 +64,7 @@ func TestScriptMatchesGoTwoLimits(t *testing.T) {
 	t.Parallel()
 	_, c := standalone(t)
 	for seed := uint64(1); seed <= 12; seed++ {
-		for _, alg := range ratelimit.Algorithms {
+		for _, alg := range ratelimit.Algorithms() {
 			t.Run(fmt.Sprintf("%s/seed%d", alg, seed), func(t *testing.T) {
 				s, clk := fixedStore(t, c)
 				rng := rand.New(rand.NewPCG(seed, 7+uint64(len(alg))))
@@ -87,7 +87,7 @@ func TestScriptMatchesGoAllOrNone(t *testing.T) {
 			s, clk := fixedStore(t, c)
 			rng := rand.New(rand.NewPCG(seed, 99))
 			var limits []ratelimit.Limit
-			for i, alg := range ratelimit.Algorithms {
+			for i, alg := range ratelimit.Algorithms() {
 				if rng.IntN(3) > 0 || i == 0 {
 					l := randomLimit(rng, alg)
 					l.Period += time.Duration(i) * time.Millisecond // distinct periods
