@@ -26,6 +26,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/extauthz/extauthz/internal/keypart"
+	"github.com/extauthz/extauthz/internal/redisclient"
+	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
 )
 
@@ -35,12 +37,16 @@ var (
 	//go:embed demands.lua
 	demandsSrc string
 
-	reportScript  = redis.NewScript(reportSrc)
-	demandsScript = redis.NewScript(demandsSrc)
+	// The project's one script runner (EVALSHA, then EVAL on NOSCRIPT).
+	// Both scripts may run twice harmlessly, but a lost reply is reported
+	// to the caller rather than resent behind its back, as everywhere else.
+	reportScript  = redisscript.New(reportSrc)
+	demandsScript = redisscript.New(demandsSrc)
 )
 
-// DefaultPrefix starts every key when Options.Prefix is empty.
-const DefaultPrefix = "xa"
+// DefaultPrefix starts every key when Options.Prefix is empty, as it does
+// the other stores' keys.
+const DefaultPrefix = redisclient.DefaultPrefix
 
 // Options configure a Store. The zero value is the defaults.
 type Options struct {
@@ -54,7 +60,7 @@ type Options struct {
 
 // Store is a quota.DemandStore on Redis. Safe for concurrent use.
 type Store struct {
-	client redis.Scripter
+	client redisscript.Processor
 	prefix string
 	ttlMS  string
 	// callerClock (tests only) uses the callers' now instead of Redis's
@@ -66,7 +72,7 @@ var _ quota.DemandStore = (*Store)(nil)
 
 // New returns a Store over client (*redis.Client and *redis.ClusterClient
 // fit). It does not contact Redis and does not own the client.
-func New(client redis.Scripter, o Options) (*Store, error) {
+func New(client redisscript.Processor, o Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("quotaredis: nil client")
 	}
@@ -104,7 +110,7 @@ func (s *Store) Report(ctx context.Context, bucketKey, clientID string, demand f
 		return err
 	}
 	d := strconv.FormatFloat(demand, 'g', -1, 64) // quota.Unknown is unknownArg
-	if err := reportScript.Run(ctx, s.client, []string{s.Key(bucketKey)}, clientID, d, s.ttlMS, s.nowArg(now)).Err(); err != nil {
+	if err := reportScript.Run(ctx, s.client, []string{s.Key(bucketKey)}, []any{clientID, d, s.ttlMS, s.nowArg(now)}).Err(); err != nil {
 		return fmt.Errorf("quotaredis: report: %w", err)
 	}
 	return nil
@@ -115,7 +121,7 @@ func (s *Store) Demands(ctx context.Context, bucketKey string, now time.Time) (m
 	if bucketKey == "" {
 		return nil, quota.ErrInvalid
 	}
-	v, err := demandsScript.Run(ctx, s.client, []string{s.Key(bucketKey)}, s.nowArg(now)).Result()
+	v, err := demandsScript.Run(ctx, s.client, []string{s.Key(bucketKey)}, []any{s.nowArg(now)}).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("quotaredis: demands: %w", err)
 	}

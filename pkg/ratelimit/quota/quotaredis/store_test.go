@@ -18,7 +18,7 @@ import (
 const testTTL = 10 * time.Second
 
 // testStore is a Store on the callers' clock, as the suite needs.
-func testStore(t *testing.T, c redis.Scripter) quota.DemandStore {
+func testStore(t *testing.T, c redis.UniversalClient) quota.DemandStore {
 	t.Helper()
 	s, err := New(c, Options{Prefix: "t", TTL: testTTL})
 	if err != nil {
