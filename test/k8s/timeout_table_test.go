@@ -13,7 +13,7 @@ import (
 
 // timeoutRow is one row of the README's Timeouts table.
 type timeoutRow struct {
-	below, shipped string
+	bound, below, shipped string
 }
 
 // readmeTimeoutRows parses the table under the README's "### Timeouts".
@@ -33,7 +33,7 @@ func readmeTimeoutRows(t *testing.T) []timeoutRow {
 		if len(cells) != 4 || strings.HasPrefix(line, "|---") || strings.HasPrefix(line, "| bound ") {
 			continue
 		}
-		rows = append(rows, timeoutRow{below: cells[1], shipped: cells[2]})
+		rows = append(rows, timeoutRow{bound: strings.TrimPrefix(cells[0], "| "), below: cells[1], shipped: cells[2]})
 	}
 	if len(rows) < 7 {
 		t.Fatalf("README's Timeouts table: %d rows parsed, want 7", len(rows))
@@ -145,4 +145,55 @@ func readable(d time.Duration) string {
 		return fmt.Sprintf("%d ms", d.Milliseconds())
 	}
 	return fmt.Sprintf("%g s", d.Seconds())
+}
+
+// boundDefault is "`EXTAUTHZ_X` (50 ms)" in the bound column (not a sum
+// such as "(5 + 10 + 10 s)").
+var boundDefault = regexp.MustCompile("`(EXTAUTHZ_[A-Z_]+)` \\(([0-9.]+ m?s)\\)")
+
+// TestTimeoutTableBounds: the binary's values the Timeouts table quotes
+// ("`EXTAUTHZ_REDIS_CALL_TIMEOUT` (50 ms)") are its defaults, and the
+// Envoy section's filter table gives envoy/*.yaml's timeouts.
+func TestTimeoutTableBounds(t *testing.T) {
+	t.Parallel()
+	vars := configVars(t)
+	quoted := 0
+	for _, r := range readmeTimeoutRows(t) {
+		for _, ix := range boundDefault.FindAllStringSubmatchIndex(r.bound, -1) {
+			if strings.HasSuffix(r.bound[:ix[0]], "+ ") {
+				continue // "A + `B` (20 s)" quotes the sum
+			}
+			m := []string{"", r.bound[ix[2]:ix[3]], r.bound[ix[4]:ix[5]]}
+			quoted++
+			def, err := time.ParseDuration(vars[m[1]].Default)
+			if err != nil {
+				t.Errorf("README Timeouts quotes %s, whose default %q is no duration", m[1], vars[m[1]].Default)
+				continue
+			}
+			if readable(def) != m[2] {
+				t.Errorf("README Timeouts quotes %s as %s; its default is %s", m[1], m[2], readable(def))
+			}
+		}
+	}
+	if quoted < 3 {
+		t.Errorf("found %d quoted defaults in the Timeouts table; the parser has lost them", quoted)
+	}
+	readme := string(readFile(t, filepath.Join(repoRoot(t), "README.md")))
+	actual := shippedValues(t)["envoy/"]
+	for q, row := range map[string]*regexp.Regexp{
+		"ratelimit": regexp.MustCompile(`(?m)^\| ratelimit \(RLS\) \| ([^|(]+?)(?: per message)?(?: \(.*\))? \|`),
+		"ext_authz": regexp.MustCompile(`(?m)^\| ext_authz \| ([^|(]+?)(?: per message)?(?: \(.*\))? \|`),
+		"ext_proc":  regexp.MustCompile(`(?m)^\| ext_proc \| ([^|(]+?)(?: per message)?(?: \(.*\))? \|`),
+	} {
+		m := row.FindStringSubmatch(readme)
+		if m == nil {
+			t.Errorf("README's Envoy filter table has no %s row", q)
+			continue
+		}
+		for where, v := range actual[q] {
+			if v != m[1] {
+				t.Errorf("README's Envoy filter table gives %s %s; %s has %s", q, m[1], where, v)
+			}
+		}
+	}
 }
