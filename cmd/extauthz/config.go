@@ -43,7 +43,8 @@ type Config struct {
 	ResponseDynamicMetadata bool `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
 	// MergeDomains lets several policy files define one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
 	MergeDomains bool `envconfig:"MERGE_DOMAINS" default:"false"`
-	// NearLimitRatio is the share of a limit past which admitted hits count as near_limit, in (0, 1].
+	// NearLimitRatio is the share of a limit past which admitted hits count
+	// as near_limit, in (0, 1]; 0 is refused, not read as the default.
 	NearLimitRatio float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
 	// RuleMetricsMaxSeries bounds the distinct rule labels of extauthz_rule_hits_total; 0 turns it off.
 	RuleMetricsMaxSeries int `envconfig:"RULE_METRICS_MAX_SERIES" default:"1000"`
@@ -78,7 +79,7 @@ type Config struct {
 	RedisTLSCAFile string `envconfig:"REDIS_TLS_CA_FILE" default:""`
 	// FailureMode is open (fall back to the in-process store) or closed (deny) when Redis fails.
 	FailureMode string `envconfig:"FAILURE_MODE" default:"open"`
-	// KeyPrefix starts every Redis key.
+	// KeyPrefix starts every Redis key; no '{' or '}' (the hash tag's).
 	KeyPrefix string `envconfig:"KEY_PREFIX" default:"xa"`
 	// LocalCache answers keys known to be over limit without Redis until their reset.
 	LocalCache bool `envconfig:"LOCAL_CACHE" default:"true"`
@@ -220,13 +221,16 @@ func (c Config) rules() []rule {
 		{"REDIS_TLS_CA_FILE", "empty, or a readable file when EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSCAFile, c.validCAFile()},
 		{"REDIS_TLS_INSECURE_SKIP_VERIFY", "false unless EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSInsecureSkipVerify, !c.RedisTLSInsecureSkipVerify || c.tls()},
 		{"FAILURE_MODE", "open or closed", c.FailureMode, c.FailureMode == "open" || c.FailureMode == "closed"},
+		// Both Redis stores refuse braces (they would break the hash tag);
+		// checked here so that the mistake stops the process at once.
+		{"KEY_PREFIX", "text without '{' or '}', e.g. xa", c.KeyPrefix, !strings.ContainsAny(c.KeyPrefix, "{}")},
 		{"MEMORY_MAX_KEYS", "0 (unbounded) or more", c.MemoryMaxKeys, c.MemoryMaxKeys >= 0},
 		{"REDIS_MAX_BATCH", "0 or 1 (no coalescing) to 4096", c.RedisMaxBatch, c.RedisMaxBatch >= 0 && c.RedisMaxBatch <= 4096},
 		{"IDEMPOTENCY_MEMORY_MAX_KEYS", "0 (unbounded) or more", c.IdempotencyMemoryMaxKeys, c.IdempotencyMemoryMaxKeys >= 0},
 		{"GRPC_MAX_RECV_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxRecvBytes, validGRPCMessage(c.GRPCMaxRecvBytes)},
 		{"GRPC_MAX_SEND_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxSendBytes, validGRPCMessage(c.GRPCMaxSendBytes)},
 		{"GRPC_STREAM_WORKERS", "0 (a goroutine per call) to 4096", c.GRPCStreamWorkers, c.GRPCStreamWorkers >= 0 && c.GRPCStreamWorkers <= 4096},
-		{"NEAR_LIMIT_RATIO", "a ratio in (0, 1] (0: the default, 0.8)", c.NearLimitRatio, c.NearLimitRatio >= 0 && c.NearLimitRatio <= 1},
+		{"NEAR_LIMIT_RATIO", "a ratio in (0, 1], e.g. 0.8", c.NearLimitRatio, c.NearLimitRatio > 0 && c.NearLimitRatio <= 1},
 		{"RULE_METRICS_MAX_SERIES", "0 (per-rule metrics off) or more", c.RuleMetricsMaxSeries, c.RuleMetricsMaxSeries >= 0},
 		{"REDIS_BREAKER_THRESHOLD", "1 to 1000 failures in a row", c.RedisBreakerThreshold, c.RedisBreakerThreshold >= 1 && c.RedisBreakerThreshold <= 1000},
 		{"REDIS_BREAKER_PAUSE", "a duration above 0, e.g. 1s", c.RedisBreakerPause, c.RedisBreakerPause > 0},

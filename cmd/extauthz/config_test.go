@@ -34,6 +34,12 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 		{"EXTAUTHZ_REDIS_URL=http://u:secret@h:1", `EXTAUTHZ_REDIS_URL="http://u:xxxxx@h:1": want empty, or redis://[user:password@]host:port[/db] or rediss://...`},
 		{"EXTAUTHZ_REDIS_CLUSTER=yes please", `EXTAUTHZ_REDIS_CLUSTER="yes please": not true or false; want true or false`},
 		{"EXTAUTHZ_FAILURE_MODE=maybe", `EXTAUTHZ_FAILURE_MODE="maybe": want open or closed`},
+		// Refused even without Redis, where it would fail only later (exit 1).
+		{"EXTAUTHZ_KEY_PREFIX=a{b}", `EXTAUTHZ_KEY_PREFIX="a{b}": want text without '{' or '}', e.g. xa`},
+		{"EXTAUTHZ_REDIS_URL=redis://127.0.0.1:1\x00EXTAUTHZ_KEY_PREFIX=}", `EXTAUTHZ_KEY_PREFIX="}": want text without '{' or '}', e.g. xa`},
+		// 0 is refused, never silently replaced by the default.
+		{"EXTAUTHZ_NEAR_LIMIT_RATIO=0", "EXTAUTHZ_NEAR_LIMIT_RATIO=0: want a ratio in (0, 1], e.g. 0.8"},
+		{"EXTAUTHZ_NEAR_LIMIT_RATIO=1.01", "EXTAUTHZ_NEAR_LIMIT_RATIO=1.01: want a ratio in (0, 1], e.g. 0.8"},
 		{"EXTAUTHZ_LOG_LEVEL=loud", `EXTAUTHZ_LOG_LEVEL="loud": want debug, info, warn or error`},
 		{"EXTAUTHZ_OTLP_ENDPOINT=collector:4317", `EXTAUTHZ_OTLP_ENDPOINT="collector:4317": want empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)`},
 		{"EXTAUTHZ_OTLP_ENDPOINT=http://collector", `EXTAUTHZ_OTLP_ENDPOINT="http://collector": want empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)`},
@@ -59,17 +65,35 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 	}
 }
 
-// TestListenerErrorNamesTheVariable: an address in use stops the process
-// with an error naming the variable that chose it.
+// TestListenerErrorNamesTheVariable: an address in use or a host that
+// does not resolve stops the process (exit 1: only listening tells) with
+// an error naming the variable that chose it.
 func TestListenerErrorNamesTheVariable(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	code, _, stderr := runBinary(t, []string{"EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=" + ln.Addr().String()})
-	if code != 1 || !strings.Contains(stderr, `EXTAUTHZ_HTTP_ADDR=\"`+ln.Addr().String()) {
-		t.Errorf("HTTP address in use: exit %d, stderr %q; want 1 naming EXTAUTHZ_HTTP_ADDR", code, stderr)
+	// Closed after the parallel subtests, which run once this function
+	// has returned.
+	t.Cleanup(func() { ln.Close() })
+	busy := ln.Addr().String()
+	free := "127.0.0.1:0"
+	for _, c := range []struct {
+		name string
+		env  []string
+	}{
+		{"HTTP_ADDR", []string{"EXTAUTHZ_GRPC_ADDR=" + free, "EXTAUTHZ_HTTP_ADDR=" + busy}},
+		{"GRPC_ADDR", []string{"EXTAUTHZ_GRPC_ADDR=" + busy, "EXTAUTHZ_HTTP_ADDR=" + free}},
+		{"GRPC_ADDR", []string{"EXTAUTHZ_GRPC_ADDR=no-such-host.invalid:0", "EXTAUTHZ_HTTP_ADDR=" + free}},
+		{"DEBUG_ADDR", []string{"EXTAUTHZ_GRPC_ADDR=" + free, "EXTAUTHZ_HTTP_ADDR=" + free, "EXTAUTHZ_DEBUG_ADDR=" + busy}},
+	} {
+		t.Run(strings.Join(c.env, " "), func(t *testing.T) {
+			t.Parallel()
+			code, _, stderr := runBinary(t, c.env)
+			if want := `EXTAUTHZ_` + c.name + `=\"`; code != 1 || !strings.Contains(stderr, want) {
+				t.Errorf("exit %d, stderr %q; want 1 naming EXTAUTHZ_%s", code, stderr, c.name)
+			}
+		})
 	}
 }

@@ -53,7 +53,7 @@ func debugMux() *http.ServeMux {
 func startDebug(addr string, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("debug listen: %w", err)
+		return nil, fmt.Errorf("EXTAUTHZ_DEBUG_ADDR=%q: %w", addr, err)
 	}
 	// No write timeout: /debug/pprof/profile streams for ?seconds=.
 	srv := &http.Server{Handler: debugMux(), ReadHeaderTimeout: 5 * time.Second}

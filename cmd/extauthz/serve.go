@@ -199,7 +199,7 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 	if s.replay != nil {
 		replayLn, err := net.Listen("tcp", s.replay.Addr)
 		if err != nil {
-			errc <- fmt.Errorf("replay listen: %w", err)
+			errc <- fmt.Errorf("EXTAUTHZ_REPLAY_ADDR=%q: %w", s.replay.Addr, err)
 		} else {
 			s.log.Info("replay listening", "addr", replayLn.Addr().String())
 			wg.Go(func() { errc <- ignoreClosed(s.replay.Serve(replayLn)) })

@@ -225,6 +225,13 @@ func TestTimeoutTable(t *testing.T) {
 
 	c := extauthzContainer(t, named[*appsv1.Deployment](t, renderObjects(t, "k8s/base"), appName))
 	deployed := binaryDeadlines(t, vars, c, "k8s/base")
+	istioTimeouts(t).check(t, "k8s/istio", deployed)
+}
+
+// istioTimeouts collects the filter timeouts of the Istio EnvoyFilters,
+// with ext_authz's from the mesh config's extension provider.
+func istioTimeouts(t *testing.T) filterTimeouts {
+	t.Helper()
 	var mesh filterTimeouts
 	for _, ef := range only[*istionetworking.EnvoyFilter](renderObjects(t, "k8s/istio/base")) {
 		for i, cp := range ef.Spec.GetConfigPatches() {
@@ -246,7 +253,7 @@ func TestTimeoutTable(t *testing.T) {
 	if p.GetTimeout() != nil {
 		mesh.extAuthz = dur(p.GetTimeout())
 	}
-	mesh.check(t, "k8s/istio", deployed)
+	return mesh
 }
 
 // checkProbeTimings: the liveness probe never restarts a draining pod
