@@ -33,9 +33,7 @@ const (
 // directory; an entry that matches nothing fails the test too, so the list
 // stays as short as the manifests allow. kube-score's own kube-score/ignore
 // annotations are disabled: this list is the only way out.
-var kubeScoreAllow = []struct {
-	check, object, dir, why string
-}{
+var kubeScoreAllow = []kubeScoreException{
 	{check: "container-image-pull-policy", why: "every overlay pins a release tag (or a " +
 		"digest) and the image is public: Always would add a registry round trip to every " +
 		"pod start and make scaling out the service every request depends on wait on the " +
@@ -59,6 +57,16 @@ var kubeScoreAllow = []struct {
 	{check: "deployment-strategy", object: "Deployment/redis", dir: "k8s/overlays/dev",
 		why: "Recreate: two memory-only Redis side by side during a rollout would split the " +
 			"counters between them"},
+}
+
+// kubeScoreException excuses one kube-score check, for one object (Kind/name)
+// and one kustomization directory when they are set.
+type kubeScoreException struct {
+	check, object, dir, why string
+}
+
+func (e kubeScoreException) excuses(check, object, dir string) bool {
+	return e.check == check && (e.object == "" || e.object == object) && (e.dir == "" || e.dir == dir)
 }
 
 // kubeScoreObject is one object of kube-score's JSON output (-o json, v2).
@@ -169,9 +177,7 @@ func kubeScoreFindings(dir string, objs []kubeScoreObject, used []bool) []string
 			if c.Skipped || c.Grade >= kubeScoreGradeOK {
 				continue
 			}
-			i := slices.IndexFunc(kubeScoreAllow, func(a struct{ check, object, dir, why string }) bool {
-				return a.check == c.Check.ID && (a.object == "" || a.object == ref) && (a.dir == "" || a.dir == dir)
-			})
+			i := slices.IndexFunc(kubeScoreAllow, func(e kubeScoreException) bool { return e.excuses(c.Check.ID, ref, dir) })
 			if i >= 0 {
 				used[i] = true
 				continue
