@@ -110,11 +110,12 @@ func shellWords(line string, vars map[string]string) ([]string, error) {
 		case quote == '\'' && r != '\'':
 			cur.WriteRune(r)
 		case r == '\'' || r == '"':
-			if quote == r {
+			switch quote {
+			case r:
 				quote = 0
-			} else if quote == 0 {
+			case 0:
 				quote, inWord = r, true
-			} else {
+			default:
 				cur.WriteRune(r)
 			}
 		case r == '\\' && i+1 < len(rs):

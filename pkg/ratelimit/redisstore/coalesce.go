@@ -162,9 +162,9 @@ func (s *Store) enqueue(l *lane, calls ...*call) []*call {
 	return l.take(s.maxBatch)
 }
 
-// take removes up to max calls from the head of the queue. l.mu is held.
-func (l *lane) take(max int) []*call {
-	n := min(len(l.queue), max)
+// take removes up to most calls from the head of the queue. l.mu is held.
+func (l *lane) take(most int) []*call {
+	n := min(len(l.queue), most)
 	batch := make([]*call, n)
 	copy(batch, l.queue)
 	rest := copy(l.queue, l.queue[n:])
