@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"reflect"
+	"slices"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,18 +19,6 @@ import (
 // DefaultTenantKey is the descriptor entry key read as the tenant unless
 // WithTenantKey says otherwise.
 const DefaultTenantKey = "tenant"
-
-// PolicySource hands out the current policy snapshot; *policy.Watcher is one.
-// Current may return nil (nothing loaded): every descriptor is then unmatched.
-type PolicySource interface {
-	Current() *policy.Policy
-}
-
-// PolicyFunc adapts a function to PolicySource.
-type PolicyFunc func() *policy.Policy
-
-// Current returns f().
-func (f PolicyFunc) Current() *policy.Policy { return f() }
 
 // RLS serves envoy.service.ratelimit.v3.RateLimitService: each descriptor of
 // a ShouldRateLimit call is matched against its domain's policy and every
@@ -52,10 +40,14 @@ type RLS struct {
 	mode      rlsMode
 }
 
-// DefaultSecretKeys are the descriptor entry keys whose values are hashed
+// defaultSecretKeys are the descriptor entry keys whose values are hashed
 // unless WithSecretKeys says otherwise: the API key of envoy/*.yaml's
 // identity chain.
-var DefaultSecretKeys = []string{"api_key"}
+var defaultSecretKeys = []string{"api_key"}
+
+// DefaultSecretKeys returns the descriptor entry keys hashed unless
+// WithSecretKeys says otherwise (a copy: callers may append to it).
+func DefaultSecretKeys() []string { return slices.Clone(defaultSecretKeys) }
 
 // WithSecretKeys names descriptor entry keys whose values are credentials
 // (API keys): each such value is replaced by "sha256:" and its hex SHA-256
@@ -105,25 +97,13 @@ func NewRLS(store ratelimit.Store, policies PolicySource, metrics *Metrics, opts
 		return nil, errors.New("envoy: NewRLS: nil metrics")
 	}
 	s := &RLS{store: store, policies: policies, metrics: metrics, tenantKey: DefaultTenantKey}
-	WithSecretKeys(DefaultSecretKeys...)(s)
+	WithSecretKeys(defaultSecretKeys...)(s)
 	for _, o := range opts {
 		if o != nil {
 			o(s)
 		}
 	}
 	return s, nil
-}
-
-// isNil reports whether v is nil or an interface holding a nil pointer or func.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Interface, reflect.Slice, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // Register registers the server on r (a *grpc.Server).

@@ -568,3 +568,12 @@ descriptors:
 	// A denied request charges no limit: daily still counts 2.
 	wantHeader(t, resp, "RateLimit", `"burst";r=0;t=45, "daily";r=98;t=43185`)
 }
+
+func TestDefaultSecretKeysIsACopy(t *testing.T) {
+	t.Parallel()
+	keys := DefaultSecretKeys()
+	keys[0] = "changed"
+	if got := DefaultSecretKeys(); got[0] != "api_key" {
+		t.Fatalf("DefaultSecretKeys() = %q after a caller changed its copy", got)
+	}
+}
