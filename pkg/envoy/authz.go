@@ -12,7 +12,6 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/extauthz/extauthz/pkg/idempotency"
@@ -77,7 +76,7 @@ const authzDomain = "http"
 // denied with a 400 problem (a decision: see docs/envoy.md, "Error paths");
 // the only errors are a failing rate-limit store, codes.Unavailable (Envoy
 // then applies failure_mode_allow / status_on_error), and the caller's own
-// cancellation.
+// cancellation or deadline (see storeStatus).
 func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := time.Now()
 	defer func() { s.metrics.Latency(APIExtAuthz, time.Since(start)) }()
@@ -106,7 +105,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 		over, hs, err := s.rateLimit(ctx, limitScope(r.tenant, caller), route)
 		if err != nil {
 			s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeError)
-			return nil, status.Error(codes.Unavailable, "rate-limit store: "+err.Error())
+			return nil, storeStatus(ctx, err)
 		}
 		if over != nil {
 			s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeOverLimit)

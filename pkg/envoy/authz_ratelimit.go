@@ -48,7 +48,7 @@ func routeQuotas(route *policy.Route, dec ratelimit.Decision) ([]quota, []string
 	var retry time.Duration
 	for i, l := range route.Limits {
 		r := dec.Results[i]
-		q := quota{name: limitName(route, i), quota: r.Limit, window: l.Period, remaining: r.Remaining, reset: r.ResetAfter}
+		q := quota{name: limitName(route.Name, route.Limits, i), quota: r.Limit, window: l.Period, remaining: r.Remaining, reset: r.ResetAfter}
 		if q.quota <= 0 {
 			q.quota = l.Requests
 		}
@@ -61,16 +61,4 @@ func routeQuotas(route *policy.Route, dec ratelimit.Decision) ([]quota, []string
 		qs[i] = q
 	}
 	return qs, violated, retry
-}
-
-// limitName names a route's limit in headers: its own name, else the
-// route's (with an index when the route has several limits).
-func limitName(route *policy.Route, i int) string {
-	switch {
-	case route.Limits[i].Name != "":
-		return route.Limits[i].Name
-	case len(route.Limits) == 1:
-		return route.Name
-	}
-	return fmt.Sprintf("%s#%d", route.Name, i)
 }

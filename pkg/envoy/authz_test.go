@@ -243,6 +243,34 @@ func TestAuthzRateLimits(t *testing.T) {
 	}
 }
 
+// Every class of rate-limit store failure through ext_authz, mapped as RLS
+// maps them: the caller's own end as such, anything else Unavailable.
+func TestAuthzStoreErrorClasses(t *testing.T) {
+	t.Parallel()
+	p := writePolicy(t, idemPolicy)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := NewIdempotencyMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := checkReq("POST", "/limited", []byte("{}"), "x-tenant-id", "acme", "idempotency-key", `"k"`)
+	for _, c := range storeErrorCases {
+		az, err := NewAuthz(failingStore{err: c.err}, memstore.New(memstore.Config{}), PolicyFunc(func() *policy.Policy { return p }), m, events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := c.ctx()
+		_, err = az.Check(ctx, req)
+		cancel()
+		if status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
 // The tenant comes from the header, else the mTLS principal, else the
 // route's context extension (the legacy tenant section mapped onto the
 // identity chain); it scopes keys, each source under its own tag. Without

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // Response header names (lower case: Envoy and HTTP/2 carry them so).
@@ -22,6 +24,20 @@ type quota struct {
 	window    time.Duration
 	remaining int64
 	reset     time.Duration
+}
+
+// limitName names limit i of limits, as RateLimit-Policy, RateLimit, the
+// 429 problem's violated-policies and RLS's current_limit show it: the
+// limit's own name, else its owner's (the RLS rule's, the HTTP route's),
+// with "#i" when the owner has several limits.
+func limitName(owner string, limits []ratelimit.Limit, i int) string {
+	switch {
+	case limits[i].Name != "":
+		return limits[i].Name
+	case len(limits) == 1:
+		return owner
+	}
+	return owner + "#" + strconv.Itoa(i)
 }
 
 // rateLimitHeaders renders the IETF RateLimit header fields

@@ -9,8 +9,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
@@ -116,7 +114,7 @@ func (s *RLS) Register(r grpc.ServiceRegistrar) {
 // matched gets the outcome documented on MaxDescriptors and screen, and is
 // counted in extauthz_invalid_requests_total. The only error is a store
 // failure, codes.Unavailable (Envoy then applies its failure_mode_deny
-// setting), or the caller's own cancellation.
+// setting), or the caller's own cancellation or deadline (see storeStatus).
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	defer func() { s.metrics.Latency(APIRateLimit, time.Since(start)) }()
@@ -134,7 +132,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		for range items {
 			s.metrics.Decision(APIRateLimit, label, OutcomeError)
 		}
-		return nil, storeError(ctx, err)
+		return nil, storeStatus(ctx, err)
 	}
 	resp := respond(items, decisions, mode)
 	denyRejected(resp, items)
@@ -199,13 +197,4 @@ func (s *RLS) decide(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit
 		}
 	}
 	return decisions, nil
-}
-
-// storeError maps a store failure to a gRPC status: the caller's own
-// cancellation or deadline as such, anything else as Unavailable.
-func storeError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
 }

@@ -238,6 +238,26 @@ func TestRLSStoreFailureIsUnavailable(t *testing.T) {
 	}
 }
 
+// Every class of store failure through RLS: the caller's own end as such,
+// anything else Unavailable.
+func TestRLSStoreErrorClasses(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, ordersPolicy)
+	req := request("api", desc("route", "/orders"))
+	for _, c := range storeErrorCases {
+		s, err := NewRLS(failingStore{err: c.err}, PolicyFunc(func() *policy.Policy { return e.policy }), e.metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := c.ctx()
+		_, err = s.ShouldRateLimit(ctx, req)
+		cancel()
+		if status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
 func TestNewRLSRejectsNilDependencies(t *testing.T) {
 	t.Parallel()
 	m, err := NewMetrics(prometheus.NewRegistry())

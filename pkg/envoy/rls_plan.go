@@ -223,15 +223,8 @@ func ruleName(r *policy.Rule) string {
 // limitNames names each limit for current_limit and the RateLimit headers.
 func limitNames(r *policy.Rule, limits []ratelimit.Limit) []string {
 	names := make([]string, len(limits))
-	for i, l := range limits {
-		switch {
-		case l.Name != "":
-			names[i] = l.Name
-		case len(limits) == 1:
-			names[i] = ruleName(r)
-		default:
-			names[i] = fmt.Sprintf("%s#%d", ruleName(r), i)
-		}
+	for i := range limits {
+		names[i] = limitName(ruleName(r), limits, i)
 	}
 	return names
 }
