@@ -69,7 +69,7 @@ const (
 // this): ShouldRateLimit and Check one span per call, Process one span per
 // stream, that is per HTTP request (see StreamInterceptor). Store calls
 // made under a span become its children when the stores are wrapped
-// (internal/tracing).
+// (pkg/storetrace).
 //
 // The parent comes from W3C trace context (traceparent, tracestate) sent by
 // Envoy: the gRPC metadata first, then, for ext_authz and ext_proc, the

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/storetrace"
 )
 
 // BenchmarkShouldRateLimitTracing is BenchmarkShouldRateLimit (one
@@ -72,7 +72,7 @@ func tracedRLS(b *testing.B, src PolicySource, traced bool) func(context.Context
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	s, err := NewRLS(tracing.RateLimitStore(store, tp, tracing.BackendMemory), src, m)
+	s, err := NewRLS(storetrace.RateLimitStore(store, tp, storetrace.BackendMemory), src, m)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/extauthz/extauthz/internal/testclock"
-	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/storetrace"
 )
 
 // Two callers' trace contexts: Envoy's (in gRPC metadata) and the
@@ -55,8 +55,8 @@ func startTraced(t *testing.T) *traceEnv {
 	p := writePolicy(t, edgePolicy+idemPolicy)
 	src := PolicyFunc(func() *policy.Policy { return p })
 	clk := testclock.New(t0)
-	limits := tracing.RateLimitStore(newTestStore(t, clk.Now), tp, tracing.BackendMemory)
-	idem := tracing.IdempotencyStore(memstore.New(memstore.Config{Now: clk.Now}), tp, tracing.BackendMemory)
+	limits := storetrace.RateLimitStore(newTestStore(t, clk.Now), tp, storetrace.BackendMemory)
+	idem := storetrace.IdempotencyStore(memstore.New(memstore.Config{Now: clk.Now}), tp, storetrace.BackendMemory)
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -198,7 +198,7 @@ func TestTracingRLSSpanUnderEnvoysSpan(t *testing.T) {
 	}
 	wantAttrs(t, server, map[string]any{"extauthz.api": "ratelimit", "extauthz.domain": "edge", "extauthz.outcome": "ok",
 		"extauthz.descriptors": int64(1), "rpc.system.name": "grpc", "rpc.method": SpanShouldRateLimit, "rpc.response.status_code": "OK"})
-	store := e.span(t, tracing.SpanAllowBatch)
+	store := e.span(t, storetrace.SpanAllowBatch)
 	wantParent(t, store, envoyTrace, server.SpanContext.SpanID().String())
 	wantAttrs(t, store, map[string]any{"extauthz.store.backend": "memory", "extauthz.algorithm": "gcra", "extauthz.batch.size": int64(1)})
 	wantNoValue(t, e.spans.GetSpans(), "tenant-secret-42")
@@ -244,7 +244,7 @@ func TestTracingCheckParent(t *testing.T) {
 	}
 	wantAttrs(t, server, map[string]any{"extauthz.api": "ext_authz", "extauthz.domain": "http", "extauthz.outcome": "ok",
 		"extauthz.idempotency.action": ActionLease})
-	begin := e.span(t, tracing.SpanBegin)
+	begin := e.span(t, storetrace.SpanBegin)
 	wantParent(t, begin, clientTrace, server.SpanContext.SpanID().String())
 	wantAttrs(t, begin, map[string]any{"extauthz.idempotency.outcome": "acquired"})
 	wantNoValue(t, e.spans.GetSpans(), "tenant-secret-42")
@@ -294,7 +294,7 @@ func TestTracingProcessOneSpanPerStream(t *testing.T) {
 	if got := strings.Join(phases, ","); got != "request_headers,response_headers,response_body" {
 		t.Errorf("events %s", got)
 	}
-	for _, name := range []string{tracing.SpanBegin, tracing.SpanComplete} {
+	for _, name := range []string{storetrace.SpanBegin, storetrace.SpanComplete} {
 		wantParent(t, e.span(t, name), clientTrace, server.SpanContext.SpanID().String())
 	}
 	wantNoValue(t, e.spans.GetSpans(), "tenant-secret-42")

@@ -1,4 +1,9 @@
-package tracing
+// Package storetrace wraps the core stores (pkg/ratelimit,
+// pkg/idempotency) with one client span per call, so that the core packages
+// stay free of OpenTelemetry. The spans start under the caller's span, which
+// pkg/envoy's Tracing starts for each Envoy call; the provider comes from
+// internal/tracing. A process without tracing wraps nothing.
+package storetrace
 
 import (
 	"context"
@@ -9,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -57,7 +63,7 @@ func newStoreTracer(tp trace.TracerProvider, backend string) storeTracer {
 	if backend == BackendRedis {
 		attrs = append(attrs, semconv.DBSystemNameRedis)
 	}
-	return storeTracer{tracer: tp.Tracer(ScopeName), attrs: attrs}
+	return storeTracer{tracer: tp.Tracer(tracing.ScopeName), attrs: attrs}
 }
 
 func (t storeTracer) start(ctx context.Context, name string) (context.Context, trace.Span) {
