@@ -69,9 +69,6 @@ func (s *Authz) Register(r grpc.ServiceRegistrar) {
 	authv3.RegisterAuthorizationServer(r, s)
 }
 
-// Domain label of ext_authz decisions in extauthz_decisions_total.
-const authzDomain = "http"
-
 // Check answers one ext_authz call. A request without HTTP attributes is
 // denied with a 400 problem (a decision: see docs/envoy.md, "Error paths");
 // the only errors are a failing rate-limit store, codes.Unavailable (Envoy
@@ -84,14 +81,14 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	hr := req.GetAttributes().GetRequest().GetHttp()
 	if hr == nil || hr.GetMethod() == "" || hr.GetPath() == "" {
 		s.metrics.Invalid(APIExtAuthz, "no_http_request")
-		s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeRejected)
+		s.metrics.Decision(APIExtAuthz, HTTPDomain, OutcomeRejected)
 		return deniedResponse(codes.InvalidArgument, problemRequestMalformed()), nil
 	}
 	h := httpPolicy(s.policies.Current())
 	s.gate.events.syncRoutes(h)
 	route := h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath())
 	if route == nil {
-		s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeNoMatch)
+		s.metrics.Decision(APIExtAuthz, HTTPDomain, OutcomeNoMatch)
 		return okResponse(nil, nil), nil
 	}
 	r := newCheckRequest(req)
@@ -104,16 +101,16 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	if len(route.Limits) > 0 && !h.IsExempt(r.path, r.headers.joined(), r.principal) {
 		over, hs, err := s.rateLimit(ctx, limitScope(r.tenant, caller), route)
 		if err != nil {
-			s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeError)
+			s.metrics.Decision(APIExtAuthz, HTTPDomain, OutcomeError)
 			return nil, storeStatus(ctx, err)
 		}
 		if over != nil {
-			s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeOverLimit)
+			s.metrics.Decision(APIExtAuthz, HTTPDomain, OutcomeOverLimit)
 			return deniedResponse(codes.ResourceExhausted, over), nil
 		}
 		rlHeaders = hs
 	}
-	s.metrics.Decision(APIExtAuthz, authzDomain, OutcomeOK)
+	s.metrics.Decision(APIExtAuthz, HTTPDomain, OutcomeOK)
 	return s.idempotency(ctx, route, r, rlHeaders), nil
 }
 

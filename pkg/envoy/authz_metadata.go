@@ -13,30 +13,8 @@ import (
 	"github.com/extauthz/extauthz/pkg/idempotency"
 )
 
-// ExtAuthzNamespace is the dynamic-metadata namespace Envoy files ext_authz's
-// dynamic_metadata under; ext_proc must forward it
-// (metadata_options.forwarding_namespaces.untyped) for wiring (b).
-const ExtAuthzNamespace = "envoy.filters.http.ext_authz"
-
-// The dynamic metadata ext_authz hands to ext_proc: one struct under the
-// field MetadataField of ExtAuthzNamespace,
-//
-//	idempotency:
-//	  action:        "lease"   the request goes upstream holding the lease
-//	                 "replay"  completed, but the stored response cannot go
-//	                           through ext_authz (binary body): ext_proc replays it
-//	  scope, key:    the tenant and the Idempotency-Key
-//	  scope_b64:     the tenant in base64, instead of scope when it is not
-//	                 valid UTF-8 (Struct strings must be; a raw header may not)
-//	  token:         the lease's owner token (action lease)
-//	  route:         the policy route's name (store statuses, header allow-list)
-//	  fingerprint:   hex SHA-256 of the request
-//	  lease_ttl_ms, record_ttl_ms: the route's TTLs when the lease was taken
+// Fields of the handoff struct besides MetadataAction (see MetadataField).
 const (
-	MetadataField  = "idempotency"
-	ActionLease    = "lease"
-	ActionReplay   = "replay"
-	mdAction       = "action"
 	mdScope        = "scope"
 	mdScopeB64     = "scope_b64"
 	mdKey          = "key"
@@ -59,12 +37,12 @@ type handoff struct {
 // toStruct renders h as ext_authz's dynamic_metadata.
 func (h handoff) toStruct() *structpb.Struct {
 	inner := &structpb.Struct{Fields: map[string]*structpb.Value{
-		mdAction:      structpb.NewStringValue(h.action),
-		mdKey:         structpb.NewStringValue(h.lease.Key),
-		mdRoute:       structpb.NewStringValue(h.route),
-		mdFingerprint: structpb.NewStringValue(h.fp.String()),
-		mdLeaseTTLms:  structpb.NewNumberValue(float64(h.lease.TTLs.Lease.Milliseconds())),
-		mdRecordTTLms: structpb.NewNumberValue(float64(h.lease.TTLs.Record.Milliseconds())),
+		MetadataAction: structpb.NewStringValue(h.action),
+		mdKey:          structpb.NewStringValue(h.lease.Key),
+		mdRoute:        structpb.NewStringValue(h.route),
+		mdFingerprint:  structpb.NewStringValue(h.fp.String()),
+		mdLeaseTTLms:   structpb.NewNumberValue(float64(h.lease.TTLs.Lease.Milliseconds())),
+		mdRecordTTLms:  structpb.NewNumberValue(float64(h.lease.TTLs.Record.Milliseconds())),
 	}}
 	if utf8.ValidString(h.lease.Scope) {
 		inner.Fields[mdScope] = structpb.NewStringValue(h.lease.Scope)
@@ -96,7 +74,7 @@ func handoffFrom(md *corev3.Metadata) (h handoff, ok bool, err error) {
 		}
 		return time.Duration(n) * time.Millisecond
 	}
-	h = handoff{action: str(mdAction), route: str(mdRoute)}
+	h = handoff{action: str(MetadataAction), route: str(mdRoute)}
 	h.lease = idempotency.Lease{Scope: str(mdScope), Key: str(mdKey), Token: str(mdToken),
 		TTLs: idempotency.TTLs{Lease: ms(mdLeaseTTLms), Record: ms(mdRecordTTLms)}}
 	if b64, ok := f[mdScopeB64]; ok {

@@ -30,7 +30,7 @@ func (s *Authz) rateLimit(ctx context.Context, tenant string, route *policy.Rout
 		return nil, nil, fmt.Errorf("rate-limit store answered %d decisions for 1 request", len(decs))
 	}
 	dec := decs[0]
-	s.metrics.rules.count(APIExtAuthz, httpLimitDomain+"."+route.Name, 1, dec, false)
+	s.metrics.CountRule(APIExtAuthz, httpLimitDomain+"."+route.Name, 1, dec, false)
 	qs, violated, retry := routeQuotas(route, dec)
 	hs := styledHeaders(route.HeaderStyle, qs, !dec.Allowed, retry)
 	if dec.Allowed {

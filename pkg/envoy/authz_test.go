@@ -88,7 +88,7 @@ func wantLease(t *testing.T, resp *authv3.CheckResponse, action string) *corev3.
 		t.Fatalf("denied %d %s, want OK", resp.GetDeniedResponse().GetStatus().GetCode(), resp.GetDeniedResponse().GetBody())
 	}
 	md := resp.GetDynamicMetadata().GetFields()[MetadataField].GetStructValue()
-	if got := md.GetFields()[mdAction].GetStringValue(); got != action {
+	if got := md.GetFields()[MetadataAction].GetStringValue(); got != action {
 		t.Fatalf("metadata action %q, want %q (metadata %v)", got, action, md)
 	}
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{ExtAuthzNamespace: resp.GetDynamicMetadata()}}
@@ -235,9 +235,7 @@ func TestAuthzRateLimits(t *testing.T) {
 	if len(e.limits.Calls()) != calls {
 		t.Error("exempt requests were counted")
 	}
-	e.limits.mu.Lock()
-	e.limits.err = errStoreDown
-	e.limits.mu.Unlock()
+	e.limits.SetErr(errStoreDown)
 	if _, err := e.authz.Check(context.Background(), checkReq("POST", "/limited", nil, "x-tenant-id", "z")); status.Code(err) != codes.Unavailable {
 		t.Errorf("rate-limit store down: %v, want Unavailable", err)
 	}

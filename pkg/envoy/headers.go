@@ -26,6 +26,14 @@ type quota struct {
 	reset     time.Duration
 }
 
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
 // limitName names limit i of limits, as RateLimit-Policy, RateLimit, the
 // 429 problem's violated-policies and RLS's current_limit show it: the
 // limit's own name, else its owner's (the RLS rule's, the HTTP route's),

@@ -8,31 +8,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-// sfList parses a header value as a Structured Field List, failing the test
-// when it is malformed.
-func sfList(t *testing.T, name, value string) httpsfv.List {
-	t.Helper()
-	l, err := httpsfv.UnmarshalList([]string{value})
-	if err != nil {
-		t.Fatalf("%s: %q is not an sf-list: %v", name, value, err)
-	}
-	return l
-}
-
-// sfInt parses a header value as a Structured Field Integer.
-func sfInt(t *testing.T, name, value string) int64 {
-	t.Helper()
-	it, err := httpsfv.UnmarshalItem([]string{value})
-	if err != nil {
-		t.Fatalf("%s: %q is not an sf-item: %v", name, value, err)
-	}
-	n, ok := it.Value.(int64)
-	if !ok {
-		t.Fatalf("%s: %q is not an sf-integer", name, value)
-	}
-	return n
-}
-
 // param returns an item parameter.
 func param(t *testing.T, m httpsfv.Member, name string) any {
 	t.Helper()
@@ -123,33 +98,5 @@ func TestHeaderStyleNone(t *testing.T) {
 	e.call(t, request("hs", desc("k", "a")))
 	if hs := headerMap(e.call(t, request("hs", desc("k", "a")))); len(hs) != 1 || hs[HeaderRetryAfter] != "45" {
 		t.Errorf("denied: headers %v, want only Retry-After", hs)
-	}
-}
-
-// TestHeaderStyleAuthz429: an ext_authz route's header_style applies to its
-// 429 too.
-func TestHeaderStyleAuthz429(t *testing.T) {
-	t.Parallel()
-	e := startIdem(t, `
-http:
-  tenant: {header: x-tenant-id, default: public}
-  header_style: x-ratelimit
-  routes:
-    - name: limited
-      path_prefix: /limited
-      rate_limits: [{requests_per_unit: 1, unit: minute, algorithm: fixed_window, name: per-tenant}]
-`)
-	e.check(t, checkReq("GET", "/limited", nil, "x-tenant-id", "acme"))
-	resp := e.check(t, checkReq("GET", "/limited", nil, "x-tenant-id", "acme"))
-	wantDenied(t, resp, 429, ProblemQuotaExceeded)
-	limit := deniedHeader(resp, "x-ratelimit-limit")
-	if len(limit) != 1 || sfList(t, "x-ratelimit-limit", limit[0])[0].(httpsfv.Item).Value != int64(1) {
-		t.Errorf("x-ratelimit-limit %v", limit)
-	}
-	if rem := deniedHeader(resp, "x-ratelimit-remaining"); len(rem) != 1 || sfInt(t, "x-ratelimit-remaining", rem[0]) != 0 {
-		t.Errorf("x-ratelimit-remaining %v", rem)
-	}
-	if pol := deniedHeader(resp, HeaderRateLimitPolicy); len(pol) != 0 {
-		t.Errorf("RateLimit-Policy sent with the x-ratelimit style: %v", pol)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -50,21 +49,25 @@ func (s *recordingStore) AllowBatch(ctx context.Context, reqs []ratelimit.Reques
 	return s.Store.AllowBatch(ctx, reqs)
 }
 
+// SetErr makes every later call fail with err (nil: decide again).
+func (s *recordingStore) SetErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+// SetReply makes every later call answer with reply's decisions.
+func (s *recordingStore) SetReply(reply func([]ratelimit.Request) []ratelimit.Decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reply = reply
+}
+
+// Calls returns the requests of every call so far.
 func (s *recordingStore) Calls() [][]ratelimit.Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([][]ratelimit.Request(nil), s.calls...)
-}
-
-// env is one RLS served on a loopback port, with its client.
-type env struct {
-	rls     *RLS
-	client  rlsv3.RateLimitServiceClient
-	store   *recordingStore
-	clock   *clock
-	reg     *prometheus.Registry
-	policy  *policy.Policy
-	metrics *Metrics
 }
 
 // writePolicy writes yaml to a file in a fresh directory and loads it.
@@ -79,24 +82,6 @@ func writePolicy(t testing.TB, yaml string) *policy.Policy {
 		t.Fatalf("policy.Load: %v", err)
 	}
 	return p
-}
-
-// startRLS serves an RLS over policyYAML on 127.0.0.1:0 (a real TCP
-// listener, not bufconn) and returns a connected client.
-func startRLS(t *testing.T, policyYAML string, opts ...RLSOption) *env {
-	t.Helper()
-	e := &env{clock: testclock.New(t0), reg: prometheus.NewRegistry(), policy: writePolicy(t, policyYAML)}
-	e.store = &recordingStore{Store: newTestStore(t, e.clock.Now)}
-	var err error
-	if e.metrics, err = NewMetrics(e.reg); err != nil {
-		t.Fatal(err)
-	}
-	p := e.policy
-	if e.rls, err = NewRLS(e.store, PolicyFunc(func() *policy.Policy { return p }), e.metrics, opts...); err != nil {
-		t.Fatal(err)
-	}
-	e.client = rlsv3.NewRateLimitServiceClient(serveLoopback(t, e.rls))
-	return e
 }
 
 // serveLoopback serves svc on a loopback TCP port with the production

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -68,7 +69,7 @@ func TestAuthzPathAndHostTricks(t *testing.T) {
 		{"orders.shop", "/orders" + strings.Repeat("/x", 5000), true}, // 10 KB path
 	}
 	for i, tc := range tests {
-		tenant := "t" + itoa(int64(i))
+		tenant := "t" + strconv.Itoa(i)
 		var admitted int
 		for range 2 {
 			req := checkReq("GET", tc.path, nil, "x-tenant-id", tenant)

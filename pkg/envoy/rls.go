@@ -142,7 +142,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	for _, it := range items {
 		s.metrics.Decision(APIRateLimit, label, it.outcome)
 	}
-	s.metrics.countRules(items, decisions)
+	countRules(s.metrics, items, decisions)
 	return resp, nil
 }
 
@@ -197,4 +197,22 @@ func (s *RLS) decide(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit
 		}
 	}
 	return decisions, nil
+}
+
+// countRules records every counted descriptor of an answered RLS request
+// (respond has set the outcomes) under its rule's metric ID.
+func countRules(m *Metrics, items []planned, decisions []ratelimit.Decision) {
+	for i := range items {
+		it := &items[i]
+		var dec ratelimit.Decision
+		switch {
+		case it.metric == "" || (it.outcome != OutcomeOK && it.outcome != OutcomeOverLimit && it.outcome != OutcomeShadow):
+			continue
+		case it.blocked:
+			dec = blockedDecision(it.limits[0])
+		default:
+			dec = decisions[it.batch]
+		}
+		m.CountRule(APIRateLimit, it.metric, it.hits, dec, it.outcome == OutcomeShadow)
+	}
 }

@@ -210,9 +210,7 @@ func TestRLSStoreFailureIsUnavailable(t *testing.T) {
 	e := startRLS(t, ordersPolicy)
 	req := request("api", desc("route", "/orders"), desc("route", "/gcra"))
 
-	e.store.mu.Lock()
-	e.store.err = errors.New("connection refused")
-	e.store.mu.Unlock()
+	e.store.SetErr(errors.New("connection refused"))
 	_, err := e.client.ShouldRateLimit(context.Background(), req)
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("store error: %v, want Unavailable with the cause", err)
@@ -229,10 +227,8 @@ func TestRLSStoreFailureIsUnavailable(t *testing.T) {
 		t.Errorf("cancelled caller: %v, want Canceled", err)
 	}
 
-	e.store.mu.Lock()
-	e.store.err = nil
-	e.store.reply = func([]ratelimit.Request) []ratelimit.Decision { return []ratelimit.Decision{{Allowed: true}} }
-	e.store.mu.Unlock()
+	e.store.SetErr(nil)
+	e.store.SetReply(func([]ratelimit.Request) []ratelimit.Decision { return []ratelimit.Decision{{Allowed: true}} })
 	if _, err := e.client.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
 		t.Errorf("malformed store reply: %v, want Unavailable", err)
 	}

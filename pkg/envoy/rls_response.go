@@ -150,26 +150,6 @@ func uncountedStatus(outcome string) *rlsv3.RateLimitResponse_DescriptorStatus {
 	return st
 }
 
-// tightest picks the result a descriptor's status reports: when denied, the
-// denying limit that frees up last (its wait is the real one); when
-// admitted, the limit with the fewest remaining hits.
-func tightest(dec ratelimit.Decision) int {
-	best := 0
-	for i, r := range dec.Results {
-		b := dec.Results[best]
-		if dec.Allowed {
-			if r.Remaining < b.Remaining {
-				best = i
-			}
-			continue
-		}
-		if !r.Allowed && (b.Allowed || r.RetryAfter > b.RetryAfter) {
-			best = i
-		}
-	}
-	return best
-}
-
 // appendQuotas adds one header quota per limit of a counted descriptor.
 func appendQuotas(qs []quota, it *planned, dec ratelimit.Decision) []quota {
 	for j, l := range it.limits {
@@ -231,14 +211,6 @@ func setCurrentLimit(rl *rlsv3.RateLimitResponse_RateLimit, name string, l ratel
 // durationpb.New computes, without allocating the message).
 func splitDuration(d time.Duration) (int64, int32) {
 	return int64(d / time.Second), int32(d % time.Second)
-}
-
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 func clampUint32(n int64) uint32 {

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,19 +20,6 @@ const (
 	codeOK   = rlsv3.RateLimitResponse_OK
 	codeOver = rlsv3.RateLimitResponse_OVER_LIMIT
 )
-
-// desc builds a descriptor from key, value pairs.
-func desc(kv ...string) *commonrlv3.RateLimitDescriptor {
-	d := &commonrlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &commonrlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func request(domain string, descs ...*commonrlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs}
-}
 
 // call sends req through the gRPC client and fails the test on an error.
 func (e *env) call(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
@@ -118,7 +106,7 @@ func TestRLSEleventhRequestOfTenPerMinuteIsOverLimit(t *testing.T) {
 		}
 		wantStatus(t, resp.GetStatuses()[0], codeOK, "orders", 10, rlsv3.RateLimitResponse_RateLimit_MINUTE, uint32(10-i), 45*time.Second)
 		wantHeader(t, resp, "RateLimit-Policy", `"orders";q=10;w=60`)
-		wantHeader(t, resp, "RateLimit", `"orders";r=`+itoa(int64(10-i))+`;t=45`)
+		wantHeader(t, resp, "RateLimit", `"orders";r=`+strconv.Itoa(10-i)+`;t=45`)
 		wantHeader(t, resp, "Retry-After", "")
 	}
 	resp := e.call(t, req)
@@ -365,26 +353,6 @@ descriptors:
 		t.Error("unmatched override: second call not over limit")
 	}
 }
-
-// edgePolicy is in envoyproxy/ratelimit's format, unchanged: nested
-// descriptors, a key-only default, a wildcard value.
-const edgePolicy = `
-domain: edge
-descriptors:
-  - key: source_cluster
-    value: proxy
-    descriptors:
-      - key: destination_cluster
-        rate_limit: {unit: minute, requests_per_unit: 3}
-      - key: destination_cluster
-        value: "mongo*"
-        rate_limit: {unit: hour, requests_per_unit: 2}
-      - key: destination_cluster
-        value: mysql
-        rate_limit: {unit: second, requests_per_unit: 1}
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 5}
-`
 
 func TestRLSNestedAndWildcardMatching(t *testing.T) {
 	t.Parallel()

@@ -47,8 +47,6 @@ const (
 // Outcomes of descriptors the screen decides without the policy (the
 // "outcome" label of extauthz_decisions_total).
 const (
-	// OutcomeRejected: past a request bound; answered OVER_LIMIT, not counted.
-	OutcomeRejected = "rejected"
 	// OutcomeUnsupported: a refund (is_negative_hits); answered OK, nothing
 	// refunded or charged.
 	OutcomeUnsupported = "unsupported"

@@ -151,20 +151,29 @@ func (m *ruleMetrics) nearHits(hits int64, dec ratelimit.Decision) float64 {
 	return float64(min(hits, max(used-threshold, 0)))
 }
 
-// countRules records every counted descriptor of an answered RLS request
-// (respond has set the outcomes) under its rule's metric ID.
-func (m *Metrics) countRules(items []planned, decisions []ratelimit.Decision) {
-	for i := range items {
-		it := &items[i]
-		var dec ratelimit.Decision
-		switch {
-		case it.metric == "" || (it.outcome != OutcomeOK && it.outcome != OutcomeOverLimit && it.outcome != OutcomeShadow):
+// CountRule counts one decision under a rate-limit rule in
+// extauthz_rule_hits_total: hits hits of api under rule, decided dec;
+// shadow says whether a denial was answered OK by shadow mode.
+func (m *Metrics) CountRule(api, rule string, hits int64, dec ratelimit.Decision, shadow bool) {
+	m.rules.count(api, rule, hits, dec, shadow)
+}
+
+// tightest picks the result a descriptor's status reports: when denied, the
+// denying limit that frees up last (its wait is the real one); when
+// admitted, the limit with the fewest remaining hits.
+func tightest(dec ratelimit.Decision) int {
+	best := 0
+	for i, r := range dec.Results {
+		b := dec.Results[best]
+		if dec.Allowed {
+			if r.Remaining < b.Remaining {
+				best = i
+			}
 			continue
-		case it.blocked:
-			dec = blockedDecision(it.limits[0])
-		default:
-			dec = decisions[it.batch]
 		}
-		m.rules.count(APIRateLimit, it.metric, it.hits, dec, it.outcome == OutcomeShadow)
+		if !r.Allowed && (b.Allowed || r.RetryAfter > b.RetryAfter) {
+			best = i
+		}
 	}
+	return best
 }

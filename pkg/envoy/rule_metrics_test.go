@@ -10,21 +10,6 @@ import (
 	"github.com/extauthz/extauthz/pkg/policy"
 )
 
-// ruleStat reads extauthz_rule_hits_total for one api, rule and stat.
-func ruleStat(t *testing.T, reg *prometheus.Registry, api, rule, stat string) float64 {
-	t.Helper()
-	return counterValue(t, reg, "extauthz_rule_hits_total", map[string]string{"api": api, "rule": rule, "stat": stat})
-}
-
-func wantStats(t *testing.T, reg *prometheus.Registry, api, rule string, want map[string]float64) {
-	t.Helper()
-	for _, stat := range []string{StatTotalHits, StatOverLimit, StatNearLimit, StatWithinLimit, StatShadowMode} {
-		if got := ruleStat(t, reg, api, rule, stat); got != want[stat] {
-			t.Errorf("%s %s %s = %v, want %v", api, rule, stat, got, want[stat])
-		}
-	}
-}
-
 // startRLSMetrics is startRLS with metrics options.
 func startRLSMetrics(t *testing.T, yaml string, mo MetricsOptions, opts ...RLSOption) *env {
 	t.Helper()
@@ -127,15 +112,4 @@ func TestRuleMetricsNearLimitRatio(t *testing.T) {
 			t.Errorf("ratio %v accepted", bad)
 		}
 	}
-}
-
-// TestRuleMetricsAuthzRoutes: ext_authz route limits count under
-// http.<route>.
-func TestRuleMetricsAuthzRoutes(t *testing.T) {
-	t.Parallel()
-	e := startIdem(t, idemPolicy)
-	for i := range 3 {
-		e.post(t, "/limited", "acme", "k"+string(rune('0'+i)), []byte("{}"))
-	}
-	wantStats(t, e.reg, APIExtAuthz, "http.limited", map[string]float64{StatTotalHits: 3, StatWithinLimit: 2, StatNearLimit: 1, StatOverLimit: 1})
 }

@@ -143,7 +143,7 @@ func (t *Tracing) check(ctx context.Context, req *authv3.CheckRequest, handler g
 	resp, err := handler(ctx, req)
 	if span.IsRecording() {
 		r, _ := resp.(*authv3.CheckResponse)
-		span.SetAttributes(AttrDomain.String(authzDomain))
+		span.SetAttributes(AttrDomain.String(HTTPDomain))
 		if d := r.GetDeniedResponse(); d != nil {
 			span.SetAttributes(semconv.HTTPResponseStatusCode(int(d.GetStatus().GetCode())))
 		}
@@ -171,7 +171,7 @@ func checkOutcome(r *authv3.CheckResponse) string {
 // handoffAction is the idempotency action a Check answer hands to
 // ext_proc, if it is one of ours.
 func handoffAction(r *authv3.CheckResponse) string {
-	v := r.GetDynamicMetadata().GetFields()[MetadataField].GetStructValue().GetFields()[mdAction].GetStringValue()
+	v := r.GetDynamicMetadata().GetFields()[MetadataField].GetStructValue().GetFields()[MetadataAction].GetStringValue()
 	if v == ActionLease || v == ActionReplay {
 		return v
 	}
