@@ -24,10 +24,10 @@ func TestSFString(t *testing.T) {
 
 func TestRateLimitHeaders(t *testing.T) {
 	t.Parallel()
-	qs := []quota{
-		{name: "a", quota: 10, window: 1500 * time.Millisecond, remaining: 3, reset: 1200 * time.Millisecond},
-		{name: "a", quota: 10, window: 1500 * time.Millisecond, remaining: 3, reset: 1200 * time.Millisecond},
-		{name: "b", quota: 5, window: 100 * time.Millisecond, remaining: 0, reset: 0},
+	qs := []Quota{
+		{Name: "a", Quota: 10, Window: 1500 * time.Millisecond, Remaining: 3, Reset: 1200 * time.Millisecond},
+		{Name: "a", Quota: 10, Window: 1500 * time.Millisecond, Remaining: 3, Reset: 1200 * time.Millisecond},
+		{Name: "b", Quota: 5, Window: 100 * time.Millisecond, Remaining: 0, Reset: 0},
 	}
 	hs := rateLimitHeaders(qs, true, 1001*time.Millisecond)
 	want := map[string]string{

@@ -18,8 +18,8 @@ type PolicyFunc func() *policy.Policy
 // Current returns f().
 func (f PolicyFunc) Current() *policy.Policy { return f() }
 
-// isNil reports whether v is nil or an interface holding a nil pointer or func.
-func isNil(v any) bool {
+// IsNil reports whether v is nil or an interface holding a nil pointer or func.
+func IsNil(v any) bool {
 	if v == nil {
 		return true
 	}

@@ -20,7 +20,7 @@ func TestLimitName(t *testing.T) {
 		{two, 0, "owner#0"},
 		{two, 1, "daily"},
 	} {
-		if got := limitName("owner", c.limits, c.i); got != c.want {
+		if got := LimitName("owner", c.limits, c.i); got != c.want {
 			t.Errorf("limitName(owner, %d limits, %d) = %q, want %q", len(c.limits), c.i, got, c.want)
 		}
 	}

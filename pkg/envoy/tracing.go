@@ -86,9 +86,9 @@ type Tracing struct {
 // domains are labelled as the policies' current snapshot knows them.
 func NewTracing(tp trace.TracerProvider, policies PolicySource) (*Tracing, error) {
 	switch {
-	case isNil(tp):
+	case IsNil(tp):
 		return nil, errors.New("envoy: NewTracing: nil tracer provider")
-	case isNil(policies):
+	case IsNil(policies):
 		return nil, errors.New("envoy: NewTracing: nil policy source")
 	}
 	return &Tracing{tracer: tp.Tracer(TracerScope), policies: policies}, nil
