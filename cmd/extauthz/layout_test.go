@@ -11,12 +11,15 @@ import (
 const module = "github.com/extauthz/extauthz"
 
 // imports lists, for each package matching patterns, its transitive
-// (non-test) dependencies and its test files' direct imports, as the go
-// command resolves them from the module root.
-func imports(t *testing.T, patterns ...string) map[string][]string {
+// (non-test) dependencies and, withTests, its test files' direct imports,
+// as the go command resolves them from the module root.
+func imports(t *testing.T, withTests bool, patterns ...string) map[string][]string {
 	t.Helper()
-	args := append([]string{"list", "-f",
-		"{{.ImportPath}}{{range .Deps}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}"}, patterns...)
+	format := "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}"
+	if withTests {
+		format += "{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}"
+	}
+	args := append([]string{"list", "-f", format}, patterns...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.Output()
@@ -50,7 +53,7 @@ func offending(pkgs map[string][]string, prefixes ...string) map[string][]string
 // nothing from pkg/.
 func TestInternalImportsNothingFromPkg(t *testing.T) {
 	t.Parallel()
-	pkgs := imports(t, "./internal/...")
+	pkgs := imports(t, true, "./internal/...")
 	if _, ok := pkgs[module+"/internal/tracing"]; !ok {
 		t.Fatalf("go list ./internal/... missed internal/tracing: %v", pkgs)
 	}
@@ -63,7 +66,7 @@ func TestInternalImportsNothingFromPkg(t *testing.T) {
 // go-control-plane or gRPC; only pkg/envoy translates Envoy's protos.
 func TestCoreImportsNoEnvoyNorGRPC(t *testing.T) {
 	t.Parallel()
-	pkgs := imports(t, "./pkg/ratelimit/...", "./pkg/idempotency/...")
+	pkgs := imports(t, true, "./pkg/ratelimit/...", "./pkg/idempotency/...")
 	for _, want := range []string{"/pkg/ratelimit", "/pkg/ratelimit/redisstore", "/pkg/idempotency", "/pkg/idempotency/redisstore"} {
 		if _, ok := pkgs[module+want]; !ok {
 			t.Fatalf("go list missed %s: %v", want, pkgs)
@@ -71,5 +74,29 @@ func TestCoreImportsNoEnvoyNorGRPC(t *testing.T) {
 	}
 	for pkg, deps := range offending(pkgs, "github.com/envoyproxy/go-control-plane", "google.golang.org/grpc") {
 		t.Errorf("%s imports %v", pkg, deps)
+	}
+}
+
+// DESIGN §2: pkg/envoy splits along one seam. The RLS side and the
+// ext_authz + ext_proc side each import the shared core, never each other,
+// and the core imports neither.
+func TestEnvoySidesImportOnlyTheCore(t *testing.T) {
+	t.Parallel()
+	rls, authz := module+"/pkg/envoy/rls", module+"/pkg/envoy/authz"
+	// Tests may join the sides (the tracing tests serve both); the packages
+	// themselves may not.
+	pkgs := imports(t, false, "./pkg/envoy/...")
+	for pkg, forbidden := range map[string][]string{
+		module + "/pkg/envoy": {rls, authz},
+		rls:                   {authz},
+		authz:                 {rls},
+	} {
+		deps, ok := pkgs[pkg]
+		if !ok {
+			t.Fatalf("go list missed %s: %v", pkg, pkgs)
+		}
+		for pkg, bad := range offending(map[string][]string{pkg: deps}, forbidden...) {
+			t.Errorf("%s imports %v", pkg, bad)
+		}
 	}
 }
