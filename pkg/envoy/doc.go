@@ -13,9 +13,9 @@
 // Envoy call (a pair around the unchanged handlers, wired only when
 // tracing is on).
 //
-// pkg/envoy and its subpackages are the only ones that import
-// go-control-plane: pkg/ratelimit, pkg/policy and pkg/idempotency stay free
-// of Envoy types. The servers report through Metrics and return gRPC status
+// Of the libraries under pkg/, this package and its subpackages are the only
+// ones that import go-control-plane: pkg/ratelimit, pkg/policy and
+// pkg/idempotency stay free of Envoy types. The servers report through Metrics and return gRPC status
 // errors; the only one that logs is the RLS, and only through a logger the
 // caller injects (rls.WithRLSLogger), sampled.
 package envoy

@@ -17,13 +17,13 @@ const (
 	HeaderRetryAfter      = "retry-after"
 )
 
-// quota is one limit as the RateLimit header fields describe it.
+// Quota is one limit as the RateLimit header fields describe it.
 type Quota struct {
-	Name      string
-	Quota     int64
-	Window    time.Duration
-	Remaining int64
-	Reset     time.Duration
+	Name      string        // the policy's name (LimitName)
+	Quota     int64         // requests per Window
+	Window    time.Duration // the limit's period
+	Remaining int64         // requests left now
+	Reset     time.Duration // until the quota is whole again (or, when denied, until a retry may pass)
 }
 
 // CeilSeconds is d in whole seconds, rounded up.

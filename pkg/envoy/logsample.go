@@ -12,13 +12,15 @@ import (
 const LogSampleInterval = 10 * time.Second
 
 // SampledLog prints at most one line per LogSampleInterval and reports how
-// many it suppressed since the last one. The zero value (nil log) is silent.
+// many it suppressed since the last one. The zero value (nil Log) is silent.
 type SampledLog struct {
-	Log        *slog.Logger
+	Log        *slog.Logger // where lines go; nil: nowhere
 	next       atomic.Int64 // unix nanoseconds before which lines are dropped
 	suppressed atomic.Int64
 }
 
+// Print logs msg and args at Warn, unless a line went out less than
+// LogSampleInterval ago: then it only counts the line as suppressed.
 func (l *SampledLog) Print(msg string, args ...any) {
 	if l.Log == nil {
 		return

@@ -69,11 +69,12 @@ type LabelCap struct {
 	seen map[string]bool // values given out, at most max
 }
 
+// NewLabelCap returns a LabelCap giving out at most max values.
 func NewLabelCap(max int) *LabelCap {
 	return &LabelCap{max: max, seen: map[string]bool{}}
 }
 
-// label returns v, or OverflowRule once max distinct values are out.
+// Label returns v, or OverflowRule once max distinct values are out.
 func (c *LabelCap) Label(v string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
