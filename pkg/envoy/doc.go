@@ -6,16 +6,16 @@
 // It holds the decision metrics (Metrics, on an injected registry), the
 // IETF and x-ratelimit header rendering (Quota, StyledHeaders), the one
 // mapping from a failed store call to a gRPC status (StoreStatus), the
-// policy snapshot source (PolicySource), the lenient gRPC codec that lets
-// non-UTF-8 bytes through (Codec), the rate-limited log of the servers that
-// log (SampledLog), the names of ext_authz's handoff to ext_proc in dynamic
+// policy snapshot source (PolicySource), the gRPC codec that decodes
+// non-UTF-8 strings (escaped, one to one) instead of failing the call
+// (Codec), the rate-limited log of the servers that log (SampledLog), the names of ext_authz's handoff to ext_proc in dynamic
 // metadata, and Tracing, the gRPC interceptors that start one span per
 // Envoy call (a pair around the unchanged handlers, wired only when
 // tracing is on).
 //
 // Of the libraries under pkg/, this package and its subpackages are the only
 // ones that import go-control-plane: pkg/ratelimit, pkg/policy and
-// pkg/idempotency stay free of Envoy types. The servers report through Metrics and return gRPC status
-// errors; the only one that logs is the RLS, and only through a logger the
-// caller injects (rls.WithRLSLogger), sampled.
+// pkg/idempotency stay free of Envoy types. The servers report through
+// Metrics and return gRPC status errors; the only one that logs is the RLS,
+// and only through a logger the caller injects (rls.WithRLSLogger), sampled.
 package envoy
