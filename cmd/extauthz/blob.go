@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob/s3blob"
 	"github.com/extauthz/extauthz/pkg/policy"
@@ -24,8 +24,8 @@ func (c Config) blobRules() []rule {
 		{"BLOB_S3_PART_SIZE", fmt.Sprintf("at least %d bytes (S3's minimum part size)", s3blob.MinPartSize), c.BlobS3PartSize,
 			!on || c.BlobS3PartSize >= s3blob.MinPartSize},
 		{"BLOB_S3_LIFECYCLE_DAYS", "0 (leave the bucket's lifecycle alone) or more days", c.BlobS3LifecycleDays, c.BlobS3LifecycleDays >= 0},
-		{"REPLAY_SECRET", fmt.Sprintf("empty (a random key per process) or at least %d bytes", envoy.MinReplaySecret), redactSecret(c.ReplaySecret),
-			c.ReplaySecret == "" || len(c.ReplaySecret) >= envoy.MinReplaySecret},
+		{"REPLAY_SECRET", fmt.Sprintf("empty (a random key per process) or at least %d bytes", authz.MinReplaySecret), redactSecret(c.ReplaySecret),
+			c.ReplaySecret == "" || len(c.ReplaySecret) >= authz.MinReplaySecret},
 		{"REPLAY_ADDR", "host:port with a port 0-65535 when EXTAUTHZ_BLOB_S3_BUCKET is set, e.g. :9002", c.ReplayAddr, !on || validAddr(c.ReplayAddr)},
 		{"BLOB_S3_BUCKET", "a bucket name when EXTAUTHZ_BLOB_S3_ENDPOINT is set", c.BlobS3Bucket, on || c.BlobS3Endpoint == ""},
 	}

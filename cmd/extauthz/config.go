@@ -12,6 +12,7 @@ import (
 
 	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/envoy/authz"
 )
 
 // Config is the service's configuration, read from EXTAUTHZ_* environment
@@ -267,8 +268,8 @@ func (c Config) metricsOptions() envoy.MetricsOptions {
 // idempotencyMetricsOptions cap the per-route idempotency metric with the
 // per-rule metrics' setting: one knob for "how many configured names may
 // become label values" (each metric counts its own names against it).
-func (c Config) idempotencyMetricsOptions() envoy.IdempotencyMetricsOptions {
-	return envoy.IdempotencyMetricsOptions{MaxRouteSeries: c.metricsOptions().MaxRuleSeries}
+func (c Config) idempotencyMetricsOptions() authz.IdempotencyMetricsOptions {
+	return authz.IdempotencyMetricsOptions{MaxRouteSeries: c.metricsOptions().MaxRuleSeries}
 }
 
 // slogLevel parses LogLevel.

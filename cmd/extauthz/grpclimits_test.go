@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
 )
@@ -42,11 +43,11 @@ func processOnce(t *testing.T, req *extprocv3.ProcessingRequest, opts ...grpc.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := envoy.NewIdempotencyMetrics(reg)
+	events, err := authz.NewIdempotencyMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := envoy.NewExtProc(idemmem.New(idemmem.Config{}), envoy.PolicyFunc(func() *policy.Policy { return nil }), m, events)
+	ep, err := authz.NewExtProc(idemmem.New(idemmem.Config{}), envoy.PolicyFunc(func() *policy.Policy { return nil }), m, events)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/guard"
 	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
@@ -23,7 +23,7 @@ var errWaitShort = errors.New("replication wait short")
 // Idempotency-Key store and its outcome counters.
 type idempotencyDeps struct {
 	store  idempotency.Store
-	events *envoy.IdempotencyMetrics
+	events *authz.IdempotencyMetrics
 }
 
 // newIdempotency builds the idempotency store beside the rate-limit store:
@@ -37,7 +37,7 @@ type idempotencyDeps struct {
 // requests get their failure_mode at once instead of each waiting for
 // EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT.
 func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *slog.Logger) (idempotencyDeps, error) {
-	events, err := envoy.NewIdempotencyMetricsWith(reg, cfg.idempotencyMetricsOptions())
+	events, err := authz.NewIdempotencyMetricsWith(reg, cfg.idempotencyMetricsOptions())
 	if err != nil {
 		return idempotencyDeps{}, err
 	}

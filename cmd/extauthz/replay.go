@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
 
@@ -15,7 +15,7 @@ import (
 // issue replay tickets, and the HTTP server that honours the tickets. All
 // unset without EXTAUTHZ_BLOB_S3_BUCKET.
 type replayDeps struct {
-	options []envoy.IdempotencyOption
+	options []authz.IdempotencyOption
 	server  *http.Server
 	blobs   blob.Store
 }
@@ -32,12 +32,12 @@ func newReplay(ctx context.Context, cfg Config, idem idempotencyDeps, log *slog.
 	if cfg.ReplaySecret == "" {
 		log.Warn("EXTAUTHZ_REPLAY_SECRET is empty: replay tickets are signed with a per-process key; with more than one replica, set the same secret on all")
 	}
-	r, err := envoy.NewReplayer([]byte(cfg.ReplaySecret), nil)
+	r, err := authz.NewReplayer([]byte(cfg.ReplaySecret), nil)
 	if err != nil {
 		_ = blobs.Close()
 		return replayDeps{}, err
 	}
-	h, err := envoy.NewReplayHandler(r, blobs, idem.events)
+	h, err := authz.NewReplayHandler(r, blobs, idem.events)
 	if err != nil {
 		_ = blobs.Close()
 		return replayDeps{}, err
@@ -45,7 +45,7 @@ func newReplay(ctx context.Context, cfg Config, idem idempotencyDeps, log *slog.
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	srv := &http.Server{Addr: cfg.ReplayAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	opts := []envoy.IdempotencyOption{envoy.WithReplay(r), envoy.WithBlobStore(blobs)}
+	opts := []authz.IdempotencyOption{authz.WithReplay(r), authz.WithBlobStore(blobs)}
 	return replayDeps{options: opts, server: srv, blobs: blobs}, nil
 }
 

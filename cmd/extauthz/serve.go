@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/envoy/authz"
+	"github.com/extauthz/extauthz/pkg/envoy/rls"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -146,15 +148,15 @@ func (l *serviceList) add(s grpcService, err error) {
 
 // newServices builds every gRPC service served. Add a server here with one
 // line: l.add(envoy.NewXxx(...)).
-func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger, extra ...envoy.IdempotencyOption) ([]grpcService, error) {
+func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger, extra ...authz.IdempotencyOption) ([]grpcService, error) {
 	var l serviceList
-	l.add(envoy.NewRLS(store, policies, m, envoy.WithTenantKey(cfg.RLSTenantKey), envoy.WithRLSLogger(log),
-		envoy.WithGlobalShadowMode(cfg.ShadowMode), envoy.WithGlobalQuotaMode(cfg.QuotaMode),
-		envoy.WithResponseMetadata(cfg.ResponseDynamicMetadata)))
-	timeout := envoy.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
-	opts := append([]envoy.IdempotencyOption{timeout}, extra...)
-	l.add(envoy.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
-	l.add(envoy.NewExtProc(idem.store, policies, m, idem.events, opts...))
+	l.add(rls.NewRLS(store, policies, m, rls.WithTenantKey(cfg.RLSTenantKey), rls.WithRLSLogger(log),
+		rls.WithGlobalShadowMode(cfg.ShadowMode), rls.WithGlobalQuotaMode(cfg.QuotaMode),
+		rls.WithResponseMetadata(cfg.ResponseDynamicMetadata)))
+	timeout := authz.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
+	opts := append([]authz.IdempotencyOption{timeout}, extra...)
+	l.add(authz.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
+	l.add(authz.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err
 }
 

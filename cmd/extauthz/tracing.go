@@ -13,6 +13,7 @@ import (
 	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/storetrace"
 )
 
 // traceFlushTimeout bounds the export of the spans still queued at
@@ -59,9 +60,9 @@ func (t tracer) on() bool { return t.provider != nil }
 // backend names the configured store for the store spans.
 func backend(cfg Config) string {
 	if cfg.RedisURL != "" {
-		return tracing.BackendRedis
+		return storetrace.BackendRedis
 	}
-	return tracing.BackendMemory
+	return storetrace.BackendMemory
 }
 
 // rateLimit wraps the rate-limit store the Envoy servers call with one
@@ -71,13 +72,13 @@ func (t tracer) rateLimit(cfg Config, s ratelimit.Store) ratelimit.Store {
 	if !t.on() {
 		return s
 	}
-	return tracing.RateLimitStore(s, t.provider, backend(cfg))
+	return storetrace.RateLimitStore(s, t.provider, backend(cfg))
 }
 
 // idempotency does the same for the Idempotency-Key store.
 func (t tracer) idempotency(cfg Config, d idempotencyDeps) idempotencyDeps {
 	if t.on() {
-		d.store = tracing.IdempotencyStore(d.store, t.provider, backend(cfg))
+		d.store = storetrace.IdempotencyStore(d.store, t.provider, backend(cfg))
 	}
 	return d
 }

@@ -1,8 +1,8 @@
-// Package tracing sets up OpenTelemetry trace export over OTLP and wraps
-// the core stores (pkg/ratelimit, pkg/idempotency) with one client span per
-// call, so that the core packages stay free of OpenTelemetry. Envoy-facing
-// spans and trace-context propagation live in pkg/envoy (Tracing); this
-// package only builds the provider those spans go to.
+// Package tracing sets up OpenTelemetry trace export over OTLP: the
+// provider every span of the process goes to, and the instrumentation scope.
+// Envoy-facing spans and trace-context propagation live in pkg/envoy
+// (Tracing), the store spans in pkg/storetrace; this package imports
+// nothing from pkg/, so that any of them may use it.
 //
 // Tracing is off unless an endpoint is configured: the caller then builds
 // no provider and wraps nothing, so a process without tracing runs exactly

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // Response header names (lower case: Envoy and HTTP/2 carry them so).
@@ -15,13 +17,35 @@ const (
 	HeaderRetryAfter      = "retry-after"
 )
 
-// quota is one limit as the RateLimit header fields describe it.
-type quota struct {
-	name      string
-	quota     int64
-	window    time.Duration
-	remaining int64
-	reset     time.Duration
+// Quota is one limit as the RateLimit header fields describe it.
+type Quota struct {
+	Name      string        // the policy's name (LimitName)
+	Quota     int64         // requests per Window
+	Window    time.Duration // the limit's period
+	Remaining int64         // requests left now
+	Reset     time.Duration // until the quota is whole again (or, when denied, until a retry may pass)
+}
+
+// CeilSeconds is d in whole seconds, rounded up.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// LimitName names limit i of limits, as RateLimit-Policy, RateLimit, the
+// 429 problem's violated-policies and RLS's current_limit show it: the
+// limit's own name, else its owner's (the RLS rule's, the HTTP route's),
+// with "#i" when the owner has several limits.
+func LimitName(owner string, limits []ratelimit.Limit, i int) string {
+	switch {
+	case limits[i].Name != "":
+		return limits[i].Name
+	case len(limits) == 1:
+		return owner
+	}
+	return owner + "#" + strconv.Itoa(i)
 }
 
 // rateLimitHeaders renders the IETF RateLimit header fields
@@ -36,23 +60,23 @@ type quota struct {
 // seconds until the limit resets, or, for a limit that denied the request,
 // until it would admit it again. Over the limit, Retry-After carries the
 // longest wait among the denying descriptors, in seconds rounded up.
-func rateLimitHeaders(qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
+func rateLimitHeaders(qs []Quota, over bool, retry time.Duration) []*corev3.HeaderValue {
 	var f fields
 	if len(qs) > 0 {
 		f.begin(2, qs)
 		for _, q := range qs {
 			f.item()
-			f.buf = appendSFString(f.buf, q.name)
-			f.buf = appendParam(f.buf, ";q=", q.quota)
-			f.buf = appendParam(f.buf, ";w=", max(ceilSeconds(q.window), 1))
+			f.buf = appendSFString(f.buf, q.Name)
+			f.buf = appendParam(f.buf, ";q=", q.Quota)
+			f.buf = appendParam(f.buf, ";w=", max(CeilSeconds(q.Window), 1))
 			f.end()
 		}
 		f.field(HeaderRateLimitPolicy)
 		for _, q := range qs {
 			f.item()
-			f.buf = appendSFString(f.buf, q.name)
-			f.buf = appendParam(f.buf, ";r=", q.remaining)
-			f.buf = appendParam(f.buf, ";t=", ceilSeconds(q.reset))
+			f.buf = appendSFString(f.buf, q.Name)
+			f.buf = appendParam(f.buf, ";r=", q.Remaining)
+			f.buf = appendParam(f.buf, ";t=", CeilSeconds(q.Reset))
 			f.end()
 		}
 		f.field(HeaderRateLimit)
@@ -124,10 +148,10 @@ type fields struct {
 // begin sizes the buffer for fields that list qs (each field: a quoted
 // name and two integer parameters per quota, at most 40 bytes besides the
 // name), so that rendering never grows it.
-func (f *fields) begin(fieldsPerQuota int, qs []quota) {
+func (f *fields) begin(fieldsPerQuota int, qs []Quota) {
 	n := 16
 	for _, q := range qs {
-		n += fieldsPerQuota * (len(q.name) + 40)
+		n += fieldsPerQuota * (len(q.Name) + 40)
 	}
 	f.buf = make([]byte, 0, n)
 }
@@ -177,7 +201,7 @@ func (f *fields) field(key string) {
 // retryAfter adds Retry-After when the answer is a denial.
 func (f *fields) retryAfter(over bool, retry time.Duration) {
 	if over {
-		f.buf = appendInt(f.buf, ceilSeconds(retry))
+		f.buf = appendInt(f.buf, CeilSeconds(retry))
 		f.field(HeaderRetryAfter)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // RateLimit field entirely, which would hide every limit it lists.
 func TestRateLimitHeadersIntegersStayWithinStructuredFieldRange(t *testing.T) {
 	t.Parallel()
-	qs := []quota{{name: "huge", quota: 1e16, window: time.Minute, remaining: math.MaxInt64, reset: time.Second}}
+	qs := []Quota{{Name: "huge", Quota: 1e16, Window: time.Minute, Remaining: math.MaxInt64, Reset: time.Second}}
 	hs := rateLimitHeaders(qs, false, 0)
 	want := map[string]string{
 		HeaderRateLimitPolicy: `"huge";q=999999999999999;w=60`,

@@ -8,10 +8,10 @@ import (
 	"github.com/extauthz/extauthz/pkg/policy"
 )
 
-// styledHeaders renders the rate-limit header fields of one answer in the
+// StyledHeaders renders the rate-limit header fields of one answer in the
 // policy's style (see policy.HeaderStyle); Retry-After goes with a denial
 // in every style.
-func styledHeaders(style policy.HeaderStyle, qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
+func StyledHeaders(style policy.HeaderStyle, qs []Quota, over bool, retry time.Duration) []*corev3.HeaderValue {
 	switch style {
 	case policy.HeaderStyleRateLimit:
 		return draft03Headers(ratelimitTrio, qs, over, retry)
@@ -36,30 +36,30 @@ func styledHeaders(style policy.HeaderStyle, qs []quota, over bool, retry time.D
 // fewest remaining; among those the longest wait), followed in limit by a
 // quota policy per limit. Every value is a Structured Field (a List, then
 // two Integers).
-func draft03Headers(keys [3]string, qs []quota, over bool, retry time.Duration) []*corev3.HeaderValue {
+func draft03Headers(keys [3]string, qs []Quota, over bool, retry time.Duration) []*corev3.HeaderValue {
 	var f fields
 	if len(qs) > 0 {
 		t := qs[0]
 		for _, q := range qs[1:] {
-			if q.remaining < t.remaining || (q.remaining == t.remaining && q.reset > t.reset) {
+			if q.Remaining < t.Remaining || (q.Remaining == t.Remaining && q.Reset > t.Reset) {
 				t = q
 			}
 		}
 		f.begin(1, qs) // limit's items; remaining and reset fit in the slack
 		f.item()
-		f.buf = appendInt(f.buf, t.quota)
+		f.buf = appendInt(f.buf, t.Quota)
 		f.end()
 		for _, q := range qs {
 			f.item()
-			f.buf = appendInt(f.buf, q.quota)
-			f.buf = appendParam(f.buf, ";w=", max(ceilSeconds(q.window), 1))
-			f.buf = appendSFString(append(f.buf, ";name="...), q.name)
+			f.buf = appendInt(f.buf, q.Quota)
+			f.buf = appendParam(f.buf, ";w=", max(CeilSeconds(q.Window), 1))
+			f.buf = appendSFString(append(f.buf, ";name="...), q.Name)
 			f.end()
 		}
 		f.field(keys[0])
-		f.buf = appendInt(f.buf, t.remaining)
+		f.buf = appendInt(f.buf, t.Remaining)
 		f.field(keys[1])
-		f.buf = appendInt(f.buf, ceilSeconds(t.reset))
+		f.buf = appendInt(f.buf, CeilSeconds(t.Reset))
 		f.field(keys[2])
 	}
 	f.retryAfter(over, retry)

@@ -31,7 +31,14 @@ const (
 	OutcomeReplaced = "replaced"
 	// OutcomeError: the store failed; no answer was given.
 	OutcomeError = "error"
+	// OutcomeRejected: past a request bound (RLS), or a check without HTTP
+	// attributes (ext_authz); answered OVER_LIMIT or 400, not counted.
+	OutcomeRejected = "rejected"
 )
+
+// HTTPDomain is the "domain" label of ext_authz decisions: the HTTP
+// policy, one label whatever the route.
+const HTTPDomain = "http"
 
 // UnknownDomain is the "domain" label of requests naming a domain the
 // policy does not define: request domains are caller-controlled, and using
@@ -108,7 +115,7 @@ func (m *Metrics) precreate() {
 		m.latencyOf[api] = m.latency.WithLabelValues(api)
 	}
 	for _, o := range []string{OutcomeOK, OutcomeOverLimit, OutcomeNoMatch, OutcomeError} {
-		m.decisions.WithLabelValues(APIExtAuthz, authzDomain, o)
+		m.decisions.WithLabelValues(APIExtAuthz, HTTPDomain, o)
 	}
 }
 

@@ -55,26 +55,27 @@ type ruleMetrics struct {
 	hits  *prometheus.CounterVec
 	ratio float64
 	max   int
-	rules *labelCap
+	rules *LabelCap
 }
 
-// labelCap hands out at most max distinct values of a label whose values
+// LabelCap hands out at most max distinct values of a label whose values
 // come from configuration, then OverflowRule: a policy (or detailed_metric)
 // cannot grow /metrics without bound. Values given out stay given out, so
 // a series never moves to _overflow while the process runs.
-type labelCap struct {
+type LabelCap struct {
 	max int
 
 	mu   sync.Mutex
 	seen map[string]bool // values given out, at most max
 }
 
-func newLabelCap(max int) *labelCap {
-	return &labelCap{max: max, seen: map[string]bool{}}
+// NewLabelCap returns a LabelCap giving out at most max values.
+func NewLabelCap(max int) *LabelCap {
+	return &LabelCap{max: max, seen: map[string]bool{}}
 }
 
-// label returns v, or OverflowRule once max distinct values are out.
-func (c *labelCap) label(v string) string {
+// Label returns v, or OverflowRule once max distinct values are out.
+func (c *LabelCap) Label(v string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seen[v] {
@@ -97,7 +98,7 @@ func newRuleMetrics(reg prometheus.Registerer, o MetricsOptions) (*ruleMetrics, 
 	if o.MaxRuleSeries == 0 {
 		o.MaxRuleSeries = DefaultMaxRuleSeries
 	}
-	m := &ruleMetrics{ratio: o.NearLimitRatio, max: o.MaxRuleSeries, rules: newLabelCap(o.MaxRuleSeries)}
+	m := &ruleMetrics{ratio: o.NearLimitRatio, max: o.MaxRuleSeries, rules: NewLabelCap(o.MaxRuleSeries)}
 	m.hits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "extauthz_rule_hits_total",
 		Help: "Hits per rate-limit rule (RLS: the rule's metric ID; ext_authz: http.<route>) and stat " +
@@ -115,7 +116,7 @@ func (m *ruleMetrics) count(api, rule string, hits int64, dec ratelimit.Decision
 	if m == nil || m.max < 0 || rule == "" || hits <= 0 {
 		return
 	}
-	rule = m.rules.label(rule)
+	rule = m.rules.Label(rule)
 	h := float64(hits)
 	add := func(stat string, v float64) {
 		if v > 0 {
@@ -142,7 +143,7 @@ func (m *ruleMetrics) nearHits(hits int64, dec ratelimit.Decision) float64 {
 	if len(dec.Results) == 0 {
 		return 0
 	}
-	r := dec.Results[tightest(dec)]
+	r := dec.Results[Tightest(dec)]
 	if r.Limit <= 0 {
 		return 0
 	}
@@ -151,20 +152,29 @@ func (m *ruleMetrics) nearHits(hits int64, dec ratelimit.Decision) float64 {
 	return float64(min(hits, max(used-threshold, 0)))
 }
 
-// countRules records every counted descriptor of an answered RLS request
-// (respond has set the outcomes) under its rule's metric ID.
-func (m *Metrics) countRules(items []planned, decisions []ratelimit.Decision) {
-	for i := range items {
-		it := &items[i]
-		var dec ratelimit.Decision
-		switch {
-		case it.metric == "" || (it.outcome != OutcomeOK && it.outcome != OutcomeOverLimit && it.outcome != OutcomeShadow):
+// CountRule counts one decision under a rate-limit rule in
+// extauthz_rule_hits_total: hits hits of api under rule, decided dec;
+// shadow says whether a denial was answered OK by shadow mode.
+func (m *Metrics) CountRule(api, rule string, hits int64, dec ratelimit.Decision, shadow bool) {
+	m.rules.count(api, rule, hits, dec, shadow)
+}
+
+// Tightest picks the result a descriptor's status reports: when denied, the
+// denying limit that frees up last (its wait is the real one); when
+// admitted, the limit with the fewest remaining hits.
+func Tightest(dec ratelimit.Decision) int {
+	best := 0
+	for i, r := range dec.Results {
+		b := dec.Results[best]
+		if dec.Allowed {
+			if r.Remaining < b.Remaining {
+				best = i
+			}
 			continue
-		case it.blocked:
-			dec = blockedDecision(it.limits[0])
-		default:
-			dec = decisions[it.batch]
 		}
-		m.rules.count(APIRateLimit, it.metric, it.hits, dec, it.outcome == OutcomeShadow)
+		if !r.Allowed && (b.Allowed || r.RetryAfter > b.RetryAfter) {
+			best = i
+		}
 	}
+	return best
 }

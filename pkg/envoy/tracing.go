@@ -69,7 +69,7 @@ const (
 // this): ShouldRateLimit and Check one span per call, Process one span per
 // stream, that is per HTTP request (see StreamInterceptor). Store calls
 // made under a span become its children when the stores are wrapped
-// (internal/tracing).
+// (pkg/storetrace).
 //
 // The parent comes from W3C trace context (traceparent, tracestate) sent by
 // Envoy: the gRPC metadata first, then, for ext_authz and ext_proc, the
@@ -86,9 +86,9 @@ type Tracing struct {
 // domains are labelled as the policies' current snapshot knows them.
 func NewTracing(tp trace.TracerProvider, policies PolicySource) (*Tracing, error) {
 	switch {
-	case isNil(tp):
+	case IsNil(tp):
 		return nil, errors.New("envoy: NewTracing: nil tracer provider")
-	case isNil(policies):
+	case IsNil(policies):
 		return nil, errors.New("envoy: NewTracing: nil policy source")
 	}
 	return &Tracing{tracer: tp.Tracer(TracerScope), policies: policies}, nil
@@ -143,7 +143,7 @@ func (t *Tracing) check(ctx context.Context, req *authv3.CheckRequest, handler g
 	resp, err := handler(ctx, req)
 	if span.IsRecording() {
 		r, _ := resp.(*authv3.CheckResponse)
-		span.SetAttributes(AttrDomain.String(authzDomain))
+		span.SetAttributes(AttrDomain.String(HTTPDomain))
 		if d := r.GetDeniedResponse(); d != nil {
 			span.SetAttributes(semconv.HTTPResponseStatusCode(int(d.GetStatus().GetCode())))
 		}
@@ -171,7 +171,7 @@ func checkOutcome(r *authv3.CheckResponse) string {
 // handoffAction is the idempotency action a Check answer hands to
 // ext_proc, if it is one of ours.
 func handoffAction(r *authv3.CheckResponse) string {
-	v := r.GetDynamicMetadata().GetFields()[MetadataField].GetStructValue().GetFields()[mdAction].GetStringValue()
+	v := r.GetDynamicMetadata().GetFields()[MetadataField].GetStructValue().GetFields()[MetadataAction].GetStringValue()
 	if v == ActionLease || v == ActionReplay {
 		return v
 	}

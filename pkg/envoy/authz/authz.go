@@ -1,0 +1,225 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// Authz serves envoy.service.auth.v3.Authorization for the policy's HTTP
+// section. For the first route that matches a request it applies, in order:
+//
+//  1. the route's rate limits, per tenant, unless the request is exempt:
+//     429 problem+json with RateLimit-Policy, RateLimit and Retry-After;
+//  2. the route's Idempotency-Key settings: 400 (key missing or
+//     malformed), 409 + Retry-After (in flight), 422 (used with another
+//     request), the stored response with Idempotent-Replayed: true, 503
+//     (store down, route fails closed), or OK holding a lease that is handed
+//     to ext_proc in dynamic_metadata (see envoy.MetadataField).
+//
+// A stored response whose body is not valid UTF-8 (ext_authz bodies are
+// proto strings) is not replayed here: the request is admitted without a
+// lease and marked with action "replay", and ext_proc, which sees the
+// request headers of wiring (b), answers with the stored bytes before the
+// upstream is called.
+type Authz struct {
+	authv3.UnimplementedAuthorizationServer
+
+	limits   ratelimit.Store
+	gate     gate
+	policies envoy.PolicySource
+	metrics  *envoy.Metrics
+}
+
+// NewAuthz returns an Authz deciding rate limits with limits and
+// idempotency with idem, under the policies' current snapshot. events
+// counts idempotency outcomes; metrics the decisions and their latency.
+// Of the options, WithStoreTimeout applies.
+func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies envoy.PolicySource, metrics *envoy.Metrics, events *IdempotencyMetrics, opts ...IdempotencyOption) (*Authz, error) {
+	switch {
+	case envoy.IsNil(limits):
+		return nil, errors.New("envoy: NewAuthz: nil rate-limit store")
+	case envoy.IsNil(idem):
+		return nil, errors.New("envoy: NewAuthz: nil idempotency store")
+	case envoy.IsNil(policies):
+		return nil, errors.New("envoy: NewAuthz: nil policy source")
+	case metrics == nil || events == nil:
+		return nil, errors.New("envoy: NewAuthz: nil metrics")
+	}
+	o := newIdemOptions(opts)
+	events.syncRoutes(httpPolicy(policies.Current()))
+	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay}, policies: policies, metrics: metrics}, nil
+}
+
+// Register registers the server on r (a *grpc.Server).
+func (s *Authz) Register(r grpc.ServiceRegistrar) {
+	authv3.RegisterAuthorizationServer(r, s)
+}
+
+// Check answers one ext_authz call. A request without HTTP attributes is
+// denied with a 400 problem (a decision: see docs/envoy.md, "Error paths");
+// the only errors are a failing rate-limit store, codes.Unavailable (Envoy
+// then applies failure_mode_allow / status_on_error), and the caller's own
+// cancellation or deadline (see envoy.StoreStatus).
+func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	start := time.Now()
+	defer func() { s.metrics.Latency(envoy.APIExtAuthz, time.Since(start)) }()
+
+	hr := req.GetAttributes().GetRequest().GetHttp()
+	if hr == nil || hr.GetMethod() == "" || hr.GetPath() == "" {
+		s.metrics.Invalid(envoy.APIExtAuthz, "no_http_request")
+		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeRejected)
+		return deniedResponse(codes.InvalidArgument, problemRequestMalformed()), nil
+	}
+	h := httpPolicy(s.policies.Current())
+	s.gate.events.syncRoutes(h)
+	route := h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath())
+	if route == nil {
+		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeNoMatch)
+		return okResponse(nil, nil), nil
+	}
+	r := newCheckRequest(req)
+	caller := callerInput{headers: r.headers, principal: r.principal, extensions: r.extensions,
+		metadata: req.GetAttributes().GetMetadataContext(), address: req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()}
+	r.tenant = callerScope(h.Identity, caller)
+	r.missingStatus = h.Identity.MissingStatus
+
+	var rlHeaders []*corev3.HeaderValue
+	if len(route.Limits) > 0 && !h.IsExempt(r.path, r.headers.joined(), r.principal) {
+		over, hs, err := s.rateLimit(ctx, limitScope(r.tenant, caller), route)
+		if err != nil {
+			s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeError)
+			return nil, envoy.StoreStatus(ctx, err)
+		}
+		if over != nil {
+			s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeOverLimit)
+			return deniedResponse(codes.ResourceExhausted, over), nil
+		}
+		rlHeaders = hs
+	}
+	s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeOK)
+	return s.idempotency(ctx, route, r, rlHeaders), nil
+}
+
+// idempotency takes the Idempotency-Key decision and renders it.
+func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkRequest, rl []*corev3.HeaderValue) *authv3.CheckResponse {
+	res := s.gate.decide(ctx, envoy.APIExtAuthz, route, r.idemRequest)
+	switch res.kind {
+	case gateReply:
+		return deniedResponse(codes.PermissionDenied, withHeaders(res.reply, rl))
+	case gateReplay:
+		if res.stored.BodyRef != nil {
+			return s.replayElsewhere(route, res, rl)
+		}
+		rep := replayReply(route.Idempotency, res.stored)
+		if !replayableHere(rep) {
+			// Admit without a lease; ext_proc replays the bytes.
+			h := handoff{action: envoy.ActionReplay, route: route.Name, fp: res.fp,
+				lease: idempotency.Lease{Scope: keyScope(r.tenant, route), Key: res.key, TTLs: ttlsOf(route.Idempotency)}}
+			return okResponse(rl, h.toStruct())
+		}
+		s.gate.events.Count(envoy.APIExtAuthz, route.Name, idempotency.EventReplayed)
+		return deniedResponse(codes.PermissionDenied, withHeaders(rep, rl))
+	case gateLease:
+		h := handoff{action: envoy.ActionLease, lease: res.lease, route: route.Name, fp: res.fp}
+		return okResponse(rl, h.toStruct())
+	}
+	return okResponse(rl, nil)
+}
+
+// replayableHere reports whether ext_authz can send rep: its body and
+// header values must be valid UTF-8 (proto strings) and its status one of
+// the codes type.v3.StatusCode defines.
+func replayableHere(rep *reply) bool {
+	if _, ok := typev3.StatusCode_name[int32(rep.status)]; !ok || !utf8.Valid(rep.body) {
+		return false
+	}
+	for _, h := range rep.headers {
+		if !utf8.ValidString(h[1]) {
+			return false
+		}
+	}
+	return true
+}
+
+// withHeaders adds the rate-limit headers to a reply.
+func withHeaders(r *reply, hs []*corev3.HeaderValue) *reply {
+	for _, h := range hs {
+		r.headers = append(r.headers, [2]string{h.GetKey(), h.GetValue()})
+	}
+	return r
+}
+
+// okResponse admits the request, adding hs to the eventual response and
+// md to the request's dynamic metadata.
+func okResponse(hs []*corev3.HeaderValue, md *structpb.Struct) *authv3.CheckResponse {
+	// The response's fixed messages in one allocation, its header options
+	// in another.
+	a := &struct {
+		resp   authv3.CheckResponse
+		status rpcstatus.Status
+		oneof  authv3.CheckResponse_OkResponse
+		ok     authv3.OkHttpResponse
+	}{}
+	if len(hs) > 0 {
+		opts := make([]corev3.HeaderValueOption, len(hs))
+		a.ok.ResponseHeadersToAdd = make([]*corev3.HeaderValueOption, len(hs))
+		for i, h := range hs {
+			opts[i].Header, opts[i].AppendAction = h, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+			a.ok.ResponseHeadersToAdd[i] = &opts[i]
+		}
+	}
+	a.status.Code = int32(codes.OK)
+	a.oneof.OkResponse = &a.ok
+	a.resp.Status, a.resp.HttpResponse, a.resp.DynamicMetadata = &a.status, &a.oneof, md
+	return &a.resp
+}
+
+// deniedResponse answers the client with r instead of the upstream.
+func deniedResponse(code codes.Code, r *reply) *authv3.CheckResponse {
+	d := &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.status)}, Body: string(r.body)}
+	for _, h := range r.headers {
+		d.Headers = append(d.Headers, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: h[0], Value: h[1]},
+			AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD,
+		})
+	}
+	return &authv3.CheckResponse{
+		Status:       &rpcstatus.Status{Code: int32(code)},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: d},
+	}
+}
+
+// replayElsewhere admits a replay whose body is in object storage with a
+// replay ticket header: Envoy (clear_route_cache) routes the request to
+// extauthz's replay endpoint, which streams the body. The header replaces
+// any copy the client sent.
+func (s *Authz) replayElsewhere(route *policy.Route, res gateResult, rl []*corev3.HeaderValue) *authv3.CheckResponse {
+	t, bad := s.gate.replayTicket(route.Name, route.Idempotency, res)
+	if bad != nil {
+		s.gate.events.Count(envoy.APIExtAuthz, route.Name, idempotency.EventUnavailable)
+		return deniedResponse(codes.Unavailable, withHeaders(bad, rl))
+	}
+	s.gate.events.Count(envoy.APIExtAuthz, route.Name, idempotency.EventReplayed)
+	resp := okResponse(rl, nil)
+	ok := resp.GetOkResponse()
+	ok.Headers = append(ok.Headers, &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: HeaderReplayTicket, Value: t},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	})
+	return resp
+}

@@ -1,0 +1,117 @@
+package authz
+
+import (
+	"context"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/idempotency/blob"
+)
+
+// IdempotencyOption configures NewAuthz and NewExtProc.
+type IdempotencyOption func(*idemOptions)
+
+type idemOptions struct {
+	storeTimeout time.Duration
+	maxReqBody   int
+	ticker       func(time.Duration) (<-chan time.Time, func())
+	replay       *Replayer
+	blobs        blob.Store // nil: bodies over max_body_bytes are not kept
+}
+
+// Defaults of the options.
+const (
+	// DefaultStoreTimeout bounds one idempotency store call: well below
+	// Envoy's ext_authz timeout (250ms in envoy/) and ext_proc
+	// message_timeout (2s), so that a dead Redis is answered by the
+	// route's failure mode instead of by Envoy's status_on_error.
+	DefaultStoreTimeout = 100 * time.Millisecond
+	// DefaultMaxRequestBody bounds the request body ext_proc buffers for a
+	// fingerprint (Envoy's own buffer limit is normally far lower).
+	DefaultMaxRequestBody = 16 << 20
+)
+
+func newIdemOptions(opts []IdempotencyOption) idemOptions {
+	o := idemOptions{storeTimeout: DefaultStoreTimeout, maxReqBody: DefaultMaxRequestBody, ticker: realTicker}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+func realTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// WithStoreTimeout bounds each idempotency store call (default
+// DefaultStoreTimeout). A call that times out counts as a store failure.
+func WithStoreTimeout(d time.Duration) IdempotencyOption {
+	return func(o *idemOptions) {
+		if d > 0 {
+			o.storeTimeout = d
+		}
+	}
+}
+
+// WithMaxRequestBody bounds the request body ext_proc buffers for the
+// fingerprint in wiring (a); a larger one is answered 413.
+func WithMaxRequestBody(n int) IdempotencyOption {
+	return func(o *idemOptions) {
+		if n > 0 {
+			o.maxReqBody = n
+		}
+	}
+}
+
+// WithBlobStore keeps response bodies larger than a route's max_body_bytes
+// (up to its max_stored_body_bytes) in b, the record holding a reference.
+// Without it (nil) such replies are completed as not replayable.
+func WithBlobStore(b blob.Store) IdempotencyOption {
+	return func(o *idemOptions) {
+		if !envoy.IsNil(b) {
+			o.blobs = b
+		}
+	}
+}
+
+// WithRenewTicker replaces the ticker that paces ext_proc's lease renewals
+// (every lease TTL / 3); tests drive renewals by hand with it. f returns
+// the tick channel and a stop function.
+func WithRenewTicker(f func(time.Duration) (<-chan time.Time, func())) IdempotencyOption {
+	return func(o *idemOptions) {
+		if f != nil {
+			o.ticker = f
+		}
+	}
+}
+
+// WithReplay lets ext_authz and ext_proc replay stored replies whose body is
+// in object storage: they mark the request with a ticket signed by r for
+// the replay endpoint (ReplayHandler) instead of answering it themselves.
+// Without it such a replay is answered 503 (idempotency-replay-unavailable).
+func WithReplay(r *Replayer) IdempotencyOption {
+	return func(o *idemOptions) { o.replay = r }
+}
+
+// complete, release and renew are the store's writes under the timeout.
+func (g *gate) complete(ctx context.Context, l idempotency.Lease, r idempotency.Response) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return g.store.Complete(ctx, l, r)
+}
+
+func (g *gate) release(ctx context.Context, l idempotency.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return g.store.Release(ctx, l)
+}
+
+func (g *gate) renew(ctx context.Context, l idempotency.Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return g.store.Renew(ctx, l)
+}

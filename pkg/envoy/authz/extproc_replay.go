@@ -1,0 +1,67 @@
+package authz
+
+import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// requestHeadersReply answers the request headers: r, or continue, or, when
+// the decision was a replay from object storage, continue with the replay
+// ticket set and the route cache cleared so that Envoy routes the request
+// to the replay endpoint.
+func (st *procStream) requestHeadersReply(r *reply) *extprocv3.ProcessingResponse {
+	if r != nil || st.ticket == "" {
+		return requestHeadersReply(r)
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: st.ticketMutation()}}}
+}
+
+// requestBodyReply is requestHeadersReply for a decision on the (BUFFERED)
+// body, where a header mutation still applies.
+func (st *procStream) requestBodyReply(r *reply) *extprocv3.ProcessingResponse {
+	if r != nil || st.ticket == "" {
+		return requestBodyReply(r)
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: st.ticketMutation()}}}
+}
+
+// ticketMutation sets the ticket (overwriting any client copy) and clears
+// the route cache; the stream then only lets the replay through.
+func (st *procStream) ticketMutation() *extprocv3.CommonResponse {
+	t := st.ticket
+	st.ticket, st.replaying = "", true
+	return &extprocv3.CommonResponse{
+		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+			Header:       &corev3.HeaderValue{Key: HeaderReplayTicket, RawValue: []byte(t)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}}},
+		ClearRouteCache: true,
+	}
+}
+
+// skipResponseBody lets a replay's response through without sending its
+// body here (a stored body may be far larger than any buffer): the mode
+// override needs allow_mode_override in the filter's configuration; without
+// it Envoy keeps the configured mode and the body chunks are continued.
+func skipResponseBody() *extprocv3.ProcessingResponse {
+	resp := continueResponseHeaders()
+	resp.ModeOverride = &filterv3.ProcessingMode{
+		ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
+		ResponseBodyMode:    filterv3.ProcessingMode_NONE,
+		ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+	}
+	return resp
+}
+
+// hasTicket reports whether the request carries a replay ticket.
+func hasTicket(h *extprocv3.HttpHeaders) bool {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.GetKey() == HeaderReplayTicket {
+			return true
+		}
+	}
+	return false
+}

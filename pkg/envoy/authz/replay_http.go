@@ -1,0 +1,107 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/idempotency"
+	"github.com/extauthz/extauthz/pkg/idempotency/blob"
+)
+
+// ReplayHandler is extauthz's replay endpoint: Envoy routes a request that
+// ext_authz or ext_proc marked with a replay ticket here, and the handler
+// streams the stored status, allow-listed headers and body from object
+// storage, with Idempotent-Replayed: true. The body is copied in small
+// buffers, verified (size and SHA-256) as it goes; memory does not grow
+// with its size.
+type ReplayHandler struct {
+	replay *Replayer
+	blobs  blob.Store
+	events *IdempotencyMetrics
+}
+
+// NewReplayHandler serves replays of tickets signed by r, reading bodies
+// from blobs.
+func NewReplayHandler(r *Replayer, blobs blob.Store, events *IdempotencyMetrics) (*ReplayHandler, error) {
+	switch {
+	case r == nil:
+		return nil, errors.New("envoy: NewReplayHandler: nil replayer")
+	case envoy.IsNil(blobs):
+		return nil, errors.New("envoy: NewReplayHandler: nil blob store")
+	case events == nil:
+		return nil, errors.New("envoy: NewReplayHandler: nil metrics")
+	}
+	return &ReplayHandler{replay: r, blobs: blobs, events: events}, nil
+}
+
+// apiReplay labels the endpoint's idempotency events.
+const apiReplay = "replay"
+
+// ServeHTTP answers one replay. A missing, forged, expired or foreign
+// ticket is 403 (the endpoint never says which); a body that is gone is 503
+// idempotency-replay-unavailable (the request already ran: it must not run
+// again). A body that turns out corrupt after the status was sent aborts
+// the connection, so the client sees a truncated reply (shorter than its
+// Content-Length), never wrong bytes presented as complete.
+func (h *ReplayHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	t, ok := h.ticket(req)
+	if !ok {
+		writeReply(w, problemReply(Problem{Type: ProblemReplayForbidden,
+			Title: "Not a valid replay", Status: http.StatusForbidden}))
+		return
+	}
+	body, err := h.blobs.Open(req.Context(), t.Ref)
+	if err != nil {
+		h.events.Count(apiReplay, t.Route, idempotency.EventStoreError)
+		writeReply(w, problemReplayUnavailable())
+		return
+	}
+	defer body.Close()
+	for _, hv := range t.Headers {
+		w.Header().Add(hv.Name, hv.Value)
+	}
+	w.Header().Set(HeaderIdempotentReplayed, "true")
+	w.Header().Set("Content-Length", strconv.FormatInt(t.Ref.Size, 10))
+	w.WriteHeader(t.Status)
+	if _, err := io.Copy(w, body); err != nil && !errors.Is(err, context.Canceled) {
+		h.events.Count(apiReplay, t.Route, idempotency.EventStoreError)
+		panic(http.ErrAbortHandler) // net/http closes the connection, quietly
+	}
+	h.events.Count(apiReplay, t.Route, idempotency.EventReplayed)
+}
+
+// ticket verifies the request's ticket and that it names the request's own
+// Idempotency-Key (defence in depth: the ticket is already unforgeable).
+func (h *ReplayHandler) ticket(req *http.Request) (ticket, bool) {
+	vs := req.Header.Values(HeaderReplayTicket)
+	if len(vs) != 1 {
+		return ticket{}, false
+	}
+	t, err := h.replay.verify(vs[0])
+	if err != nil {
+		return ticket{}, false
+	}
+	keys := req.Header.Values(HeaderIdempotencyKey)
+	if len(keys) != 1 {
+		return ticket{}, false
+	}
+	k, err := idempotency.ParseKey(keys[0])
+	if err != nil || k != t.Key || t.Status < 200 || t.Status > 999 {
+		return ticket{}, false
+	}
+	return t, true
+}
+
+// writeReply sends a problem reply over plain HTTP.
+func writeReply(w http.ResponseWriter, r *reply) {
+	for _, hv := range r.headers {
+		w.Header().Add(hv[0], hv[1])
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(r.body)))
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body)
+}
