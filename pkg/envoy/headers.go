@@ -91,9 +91,6 @@ func rateLimitHeaders(qs []Quota, over bool, retry time.Duration) []*corev3.Head
 // clamped to the range rather than written as they are.
 const maxSFInteger = 999_999_999_999_999
 
-// itoa renders n as a non-negative sf-integer, clamped to its range.
-func itoa(n int64) string { return string(appendInt(nil, n)) }
-
 // appendInt appends n as a non-negative sf-integer, clamped to its range.
 func appendInt(b []byte, n int64) []byte {
 	return strconv.AppendInt(b, min(max(n, 0), maxSFInteger), 10)

@@ -69,9 +69,9 @@ type LabelCap struct {
 	seen map[string]bool // values given out, at most max
 }
 
-// NewLabelCap returns a LabelCap giving out at most max values.
-func NewLabelCap(max int) *LabelCap {
-	return &LabelCap{max: max, seen: map[string]bool{}}
+// NewLabelCap returns a LabelCap giving out at most most values.
+func NewLabelCap(most int) *LabelCap {
+	return &LabelCap{max: most, seen: map[string]bool{}}
 }
 
 // Label returns v, or OverflowRule once max distinct values are out.

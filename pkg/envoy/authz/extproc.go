@@ -79,7 +79,7 @@ func (s *ExtProc) Register(r grpc.ServiceRegistrar) {
 // a held lease completes it as not replayable (finish): the request may
 // have reached the upstream, so a retry must never run it again.
 func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	st := newProcStream(s, stream.Context())
+	st := newProcStream(stream.Context(), s)
 	defer st.finish()
 	for {
 		req, err := stream.Recv()

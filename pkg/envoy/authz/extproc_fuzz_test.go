@@ -30,7 +30,7 @@ func FuzzIdempotencyServers(f *testing.F) {
 	proc, _ := NewExtProc(store, src, m, ev)
 	az, _ := NewAuthz(envoytest.NewTestStore(f, t0Func), store, src, m, ev)
 	f.Fuzz(func(t *testing.T, method, path, key, tenant string, body []byte, status, hname, hvalue string) {
-		st := newProcStream(proc, context.Background())
+		st := newProcStream(context.Background(), proc)
 		first := reqHeaders(filterv3.ProcessingMode_BUFFERED, false, nil,
 			":method", method, ":path", path, "idempotency-key", key, "x-tenant-id", tenant)
 		st.observe(first)

@@ -48,7 +48,7 @@ type pendingBegin struct {
 	body []byte
 }
 
-func newProcStream(s *ExtProc, ctx context.Context) *procStream {
+func newProcStream(ctx context.Context, s *ExtProc) *procStream {
 	pol := httpPolicy(s.policies.Current())
 	s.gate.events.syncRoutes(pol)
 	return &procStream{s: s, ctx: ctx, pol: pol, attrs: map[string]*structpb.Value{}}

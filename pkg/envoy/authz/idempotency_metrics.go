@@ -94,11 +94,11 @@ func NewIdempotencyMetricsWith(reg prometheus.Registerer, o IdempotencyMetricsOp
 // replay endpoint's appear with its first event, as it may not be served).
 var idempotencyAPIs = []string{envoy.APIExtAuthz, envoy.APIExtProc}
 
-func newRouteEvents(reg prometheus.Registerer, max int) (*routeEvents, error) {
-	if max == 0 {
-		max = envoy.DefaultMaxRuleSeries
+func newRouteEvents(reg prometheus.Registerer, maxSeries int) (*routeEvents, error) {
+	if maxSeries == 0 {
+		maxSeries = envoy.DefaultMaxRuleSeries
 	}
-	r := &routeEvents{cap: envoy.NewLabelCap(max), CounterVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+	r := &routeEvents{cap: envoy.NewLabelCap(maxSeries), CounterVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "extauthz_idempotency_route_events_total",
 		Help: "Idempotency-Key outcomes by API, policy route (" + UnknownRoute + " when not in the policy, " +
 			envoy.OverflowRule + " past the cap) and event.",

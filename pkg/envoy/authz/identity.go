@@ -13,7 +13,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/policy"
 )
 
-// ProblemIdentityMissing: 401 or 400 (policy identity.missing_status), an
+// ProblemIdentityMissing is 401 or 400 (policy identity.missing_status), an
 // Idempotency-Key request whose caller no identity source names: its key
 // would otherwise share one scope with every other unnamed caller's.
 const ProblemIdentityMissing = ProblemTypeBase + "identity-missing"

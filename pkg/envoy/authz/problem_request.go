@@ -1,6 +1,6 @@
 package authz
 
-// ProblemRequestMalformed: 400, a CheckRequest without the HTTP method
+// ProblemRequestMalformed is 400 for a CheckRequest without the HTTP method
 // and path Envoy always sends for an HTTP request (e.g. a caller that is not
 // Envoy's HTTP filter). It is a decision, not a gRPC error: with the
 // shipped failure_mode_allow: false an error would be a 503, and with

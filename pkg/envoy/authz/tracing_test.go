@@ -181,8 +181,8 @@ func wantNoValue(t *testing.T, spans tracetest.SpanStubs, value string) {
 			attrs = append(attrs, ev.Attributes...)
 		}
 		for _, kv := range attrs {
-			if strings.Contains(kv.Value.Emit(), value) {
-				t.Errorf("%s: attribute %s = %q holds a request value", s.Name, kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), value) {
+				t.Errorf("%s: attribute %s = %q holds a request value", s.Name, kv.Key, kv.Value.String())
 			}
 		}
 	}

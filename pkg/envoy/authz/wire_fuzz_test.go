@@ -79,7 +79,7 @@ func FuzzProcessWire(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, m1, m2, m3 []byte) {
-		st := newProcStream(proc, context.Background())
+		st := newProcStream(context.Background(), proc)
 		defer st.finish()
 		for _, b := range [][]byte{m1, m2, m3} {
 			req := &extprocv3.ProcessingRequest{}

@@ -53,7 +53,7 @@ func DefaultSecretKeys() []string { return slices.Clone(defaultSecretKeys) }
 // before matching, so the credential never reaches a counter key in Redis,
 // a log line or a metric label (detailed_metric) in clear. Rules match such
 // entries by key only (a per-value budget), which a hash serves equally.
-func WithSecretKeys(keys ...string) RLSOption {
+func WithSecretKeys(keys ...string) Option {
 	return func(s *RLS) {
 		s.secret = map[string]bool{}
 		for _, k := range keys {
@@ -62,8 +62,8 @@ func WithSecretKeys(keys ...string) RLSOption {
 	}
 }
 
-// RLSOption configures NewRLS.
-type RLSOption func(*RLS)
+// Option configures NewRLS.
+type Option func(*RLS)
 
 // WithTenantKey sets the descriptor entry key read as the tenant (default
 // DefaultTenantKey); the empty key disables tenant extraction. When a
@@ -73,20 +73,20 @@ type RLSOption func(*RLS)
 // one rule serves every tenant with separate budgets. When the policy does
 // have such a top-level key, the entry is matched like any other, as
 // envoyproxy/ratelimit would.
-func WithTenantKey(key string) RLSOption {
+func WithTenantKey(key string) Option {
 	return func(s *RLS) { s.tenantKey = key }
 }
 
 // WithRLSLogger logs the requests decided by a fallback rule (see
 // MaxDescriptors), at most one line per LogSampleInterval; nil (the
 // default) logs nothing. The lines never hold descriptor bytes.
-func WithRLSLogger(log *slog.Logger) RLSOption {
+func WithRLSLogger(log *slog.Logger) Option {
 	return func(s *RLS) { s.anomalies.Log = log }
 }
 
 // NewRLS returns an RLS deciding with store under the policies' current
 // snapshot, reporting to metrics.
-func NewRLS(store ratelimit.Store, policies envoy.PolicySource, metrics *envoy.Metrics, opts ...RLSOption) (*RLS, error) {
+func NewRLS(store ratelimit.Store, policies envoy.PolicySource, metrics *envoy.Metrics, opts ...Option) (*RLS, error) {
 	switch {
 	case envoy.IsNil(store):
 		return nil, errors.New("envoy: NewRLS: nil store")

@@ -25,14 +25,14 @@ type rlsMode struct {
 // as usual; the descriptors that were over their limit are counted with the
 // "shadow" outcome. Limit overrides from Envoy are shadowed too, as in
 // envoyproxy/ratelimit.
-func WithGlobalShadowMode(on bool) RLSOption {
+func WithGlobalShadowMode(on bool) Option {
 	return func(s *RLS) { s.mode.shadow = on }
 }
 
 // WithGlobalQuotaMode puts every descriptor in quota mode (see
 // policy.Rule.QuotaMode): a request is denied only when each of its
 // descriptors that is not unlimited is over its limit.
-func WithGlobalQuotaMode(on bool) RLSOption {
+func WithGlobalQuotaMode(on bool) Option {
 	return func(s *RLS) { s.mode.quota = on }
 }
 
@@ -44,7 +44,7 @@ func WithGlobalQuotaMode(on bool) RLSOption {
 // were within their limits, merged (the first value of a key wins; nested
 // mappings merge). Envoy's ratelimit filter stores it under the namespace
 // envoy.filters.http.ratelimit.
-func WithResponseMetadata(on bool) RLSOption {
+func WithResponseMetadata(on bool) Option {
 	return func(s *RLS) { s.mode.metadata = on }
 }
 

@@ -25,7 +25,7 @@ type env struct {
 
 // startRLS serves an RLS over policyYAML on 127.0.0.1:0 (a real TCP
 // listener, not bufconn) and returns a connected client.
-func startRLS(t *testing.T, policyYAML string, opts ...RLSOption) *env {
+func startRLS(t *testing.T, policyYAML string, opts ...Option) *env {
 	t.Helper()
 	e := &env{clock: testclock.New(envoytest.T0), reg: prometheus.NewRegistry(), policy: envoytest.WritePolicy(t, policyYAML)}
 	e.store = &envoytest.RecordingStore{Store: envoytest.NewTestStore(t, e.clock.Now)}

@@ -12,13 +12,13 @@ import (
 func TestCurrentLimitUnits(t *testing.T) {
 	t.Parallel()
 	const (
-		sec   = rlsv3.RateLimitResponse_RateLimit_SECOND
-		min   = rlsv3.RateLimitResponse_RateLimit_MINUTE
-		hour  = rlsv3.RateLimitResponse_RateLimit_HOUR
-		day   = rlsv3.RateLimitResponse_RateLimit_DAY
-		week  = rlsv3.RateLimitResponse_RateLimit_WEEK
-		month = rlsv3.RateLimitResponse_RateLimit_MONTH
-		year  = rlsv3.RateLimitResponse_RateLimit_YEAR
+		sec    = rlsv3.RateLimitResponse_RateLimit_SECOND
+		minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
+		hour   = rlsv3.RateLimitResponse_RateLimit_HOUR
+		day    = rlsv3.RateLimitResponse_RateLimit_DAY
+		week   = rlsv3.RateLimitResponse_RateLimit_WEEK
+		month  = rlsv3.RateLimitResponse_RateLimit_MONTH
+		year   = rlsv3.RateLimitResponse_RateLimit_YEAR
 	)
 	cases := []struct {
 		period time.Duration
@@ -28,8 +28,8 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{time.Second, sec, 0},
 		{10 * time.Second, sec, 10},
 		{90 * time.Second, sec, 90},
-		{time.Minute, min, 0},
-		{15 * time.Minute, min, 15},
+		{time.Minute, minute, 0},
+		{15 * time.Minute, minute, 15},
 		{2 * time.Hour, hour, 2},
 		{24 * time.Hour, day, 0},
 		{7 * 24 * time.Hour, week, 0},

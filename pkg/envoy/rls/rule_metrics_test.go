@@ -13,7 +13,7 @@ import (
 )
 
 // startRLSMetrics is startRLS with metrics options.
-func startRLSMetrics(t *testing.T, yaml string, mo envoy.MetricsOptions, opts ...RLSOption) *env {
+func startRLSMetrics(t *testing.T, yaml string, mo envoy.MetricsOptions, opts ...Option) *env {
 	t.Helper()
 	e := &env{clock: testclock.New(envoytest.T0), reg: prometheus.NewRegistry(), policy: envoytest.WritePolicy(t, yaml)}
 	e.store = &envoytest.RecordingStore{Store: envoytest.NewTestStore(t, e.clock.Now)}

@@ -27,7 +27,7 @@ import (
 // fixed windows of a minute end 45 s later.
 var T0 = time.Date(2026, 3, 1, 12, 0, 15, 0, time.UTC)
 
-// clock is a settable clock for the stores.
+// Clock is a settable clock for the stores.
 type Clock = testclock.Clock
 
 // RecordingStore wraps a store and records every AllowBatch call; err,
@@ -40,6 +40,7 @@ type RecordingStore struct {
 	reply func([]ratelimit.Request) []ratelimit.Decision // overrides the reply when set
 }
 
+// AllowBatch records reqs, then answers with err, reply or the wrapped store.
 func (s *RecordingStore) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	s.mu.Lock()
 	s.calls = append(s.calls, append([]ratelimit.Request(nil), reqs...))

@@ -5,7 +5,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-// desc builds a descriptor from key, value pairs.
+// Desc builds a descriptor from key, value pairs.
 func Desc(kv ...string) *commonrlv3.RateLimitDescriptor {
 	d := &commonrlv3.RateLimitDescriptor{}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -14,6 +14,7 @@ func Desc(kv ...string) *commonrlv3.RateLimitDescriptor {
 	return d
 }
 
+// Request is a ShouldRateLimit request for domain with descs.
 func Request(domain string, descs ...*commonrlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs}
 }

@@ -18,6 +18,7 @@ type FailingStore struct {
 	Err error
 }
 
+// AllowBatch fails as the store was told to, or with the caller's own context error.
 func (s FailingStore) AllowBatch(ctx context.Context, _ []ratelimit.Request) ([]ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
