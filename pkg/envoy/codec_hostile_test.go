@@ -2,6 +2,7 @@ package envoy_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"unicode/utf8"
 
@@ -41,4 +42,32 @@ func rawDescriptorEntry(v string) []byte {
 	e = protowire.AppendString(e, "k")
 	e = protowire.AppendTag(e, 2, protowire.BytesType)
 	return protowire.AppendString(e, v)
+}
+
+// TestCodecRewritesEveryByteDistinctly decodes every single byte between
+// two valid ones: each of the 256 gives its own string, and each byte that
+// is not UTF-8 on its own becomes Escape and exactly its two upper-case hex
+// digits, high then low, so no two bytes can share a rewrite (the random
+// hostile values seldom differ only in a low digit).
+func TestCodecRewritesEveryByteDistinctly(t *testing.T) {
+	t.Parallel()
+	seen := map[string]byte{}
+	for b := range 256 {
+		raw := "x" + string([]byte{byte(b)}) + "y"
+		got := &commonrlv3.RateLimitDescriptor_Entry{}
+		if err := envoy.UnmarshalLenient(rawDescriptorEntry(raw), got); err != nil {
+			t.Fatalf("byte %#x: %v", b, err)
+		}
+		want := raw
+		if b >= utf8.RuneSelf {
+			want = "x" + string(envoy.Escape) + fmt.Sprintf("%02X", b) + "y"
+		}
+		if got.GetValue() != want {
+			t.Errorf("byte %#x decoded to %q, want %q", b, got.GetValue(), want)
+		}
+		if prev, dup := seen[got.GetValue()]; dup {
+			t.Errorf("bytes %#x and %#x both decode to %q", prev, b, got.GetValue())
+		}
+		seen[got.GetValue()] = byte(b)
+	}
 }
