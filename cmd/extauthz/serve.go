@@ -105,6 +105,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	quotas, err := newRLQS(cfg, store, src.Current, reg, log) // rlqs.go
+	if err != nil {
+		return fmt.Errorf("rlqs: %w", err)
+	}
+	services = append(services, quotas)
 	s.replay = rp.server
 	recv, send := cfg.grpcMessageLimits()
 	opts := append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"context"
 	"math"
 	"time"
 
@@ -132,13 +133,15 @@ func (st *stream) rematch(b *bucket) {
 // allocation; ok is false when the allocation has no entry for the client.
 func (st *stream) share(b *bucket, now time.Time) (quota.TokenBucket, bool, error) {
 	alloc := st.s.opts.Allocator
+	ctx, cancel := context.WithTimeout(st.ctx, st.s.opts.StoreTimeout)
+	defer cancel()
 	if b.reported {
-		if err := alloc.Report(st.ctx, b.storeKey, st.clientID, b.demand, now); err != nil {
+		if err := alloc.Report(ctx, b.storeKey, st.clientID, b.demand, now); err != nil {
 			return quota.TokenBucket{}, false, err
 		}
 		b.reported = false
 	}
-	shares, err := alloc.Allocate(st.ctx, b.storeKey, b.budget, now)
+	shares, err := alloc.Allocate(ctx, b.storeKey, b.budget, now)
 	if err != nil {
 		return quota.TokenBucket{}, false, err
 	}

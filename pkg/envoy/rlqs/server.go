@@ -42,6 +42,9 @@ type Options struct {
 	// Tick is how often a stream re-reads the allocation of its buckets and
 	// pushes material changes; default one second.
 	Tick time.Duration
+	// StoreTimeout bounds each demand store call (a report and an
+	// allocation); default 250ms. A call that times out is a store failure.
+	StoreTimeout time.Duration
 	// MaxBuckets bounds the buckets one stream tracks; default 1000.
 	// Buckets beyond it get no assignment (Envoy applies its
 	// no_assignment_behavior) and are counted.
@@ -59,7 +62,7 @@ func (o *Options) defaults() error {
 		return errors.New("rlqs: nil Policy")
 	case o.Allocator == nil:
 		return errors.New("rlqs: nil Allocator")
-	case o.ReportInterval < 0 || o.Tick < 0 || o.MaxBuckets < 0 || o.MaxBucketSeries < 0:
+	case o.ReportInterval < 0 || o.Tick < 0 || o.StoreTimeout < 0 || o.MaxBuckets < 0 || o.MaxBucketSeries < 0:
 		return errors.New("rlqs: negative option")
 	}
 	if o.ReportInterval == 0 {
@@ -67,6 +70,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Tick == 0 {
 		o.Tick = time.Second
+	}
+	if o.StoreTimeout == 0 {
+		o.StoreTimeout = 250 * time.Millisecond
 	}
 	if o.MaxBuckets == 0 {
 		o.MaxBuckets = 1000
