@@ -47,7 +47,7 @@ func TestRLQS(t *testing.T) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, l := range loads {
-		wg.Go(func() { l.run(ctx, nil) })
+		wg.Go(func() { l.run(ctx) })
 	}
 	at := func(d time.Duration) time.Time { return start.Add(d) }
 
@@ -174,7 +174,7 @@ var loadClient = &http.Client{
 	Transport: &http.Transport{MaxIdleConnsPerHost: 256},
 }
 
-func (l *offered) run(ctx context.Context, _ chan struct{}) {
+func (l *offered) run(ctx context.Context) {
 	l.mu.Lock()
 	if l.stopped == nil {
 		l.stopped = make(chan struct{})
@@ -249,5 +249,3 @@ func (l *offered) sent() int {
 	defer l.mu.Unlock()
 	return len(l.sends)
 }
-
-
