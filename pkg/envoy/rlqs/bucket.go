@@ -132,22 +132,36 @@ func (st *stream) rematch(b *bucket) {
 // share records b's pending demand and reads the client's share of the
 // allocation; ok is false when the allocation has no entry for the client.
 func (st *stream) share(b *bucket, now time.Time) (quota.TokenBucket, bool, error) {
+	shares, ok := st.s.allocs.get(b.storeKey, b.budget, now)
+	if b.reported || !ok {
+		var err error
+		if shares, err = st.allocate(b, now); err != nil {
+			return quota.TokenBucket{}, false, err
+		}
+	}
+	s, ok := shares[st.clientID]
+	return s.Bucket, ok, nil
+}
+
+// allocate writes b's pending demand and reads the bucket's allocation from
+// the store, caching it for the replica's other streams.
+func (st *stream) allocate(b *bucket, now time.Time) (map[string]quota.Share, error) {
 	alloc := st.s.opts.Allocator
 	ctx, cancel := context.WithTimeout(st.ctx, st.s.opts.StoreTimeout)
 	defer cancel()
 	if b.reported {
 		if err := alloc.Report(ctx, b.storeKey, st.clientID, b.demand, now); err != nil {
-			return quota.TokenBucket{}, false, err
+			return nil, err
 		}
 		b.reported = false
 	}
 	shares, err := alloc.Allocate(ctx, b.storeKey, b.budget, now)
 	if err != nil {
-		return quota.TokenBucket{}, false, err
+		return nil, err
 	}
+	st.s.allocs.put(b.storeKey, b.budget, shares, now)
 	st.s.metrics.demand.WithLabelValues(b.series).Set(demandTotal(shares))
-	s, ok := shares[st.clientID]
-	return s.Bucket, ok, nil
+	return shares, nil
 }
 
 // failed applies the failure mode when the demand store failed for b.

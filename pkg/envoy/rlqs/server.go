@@ -92,6 +92,7 @@ type Server struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 	opts    Options
 	metrics *metrics
+	allocs  *allocCache
 	ttl     time.Duration
 	domLog  sampledLog
 	errLog  sampledLog
@@ -108,7 +109,7 @@ func New(o Options) (*Server, error) {
 	}
 	// Envoy reads assignment_time_to_live in whole seconds.
 	ttl := (2*o.ReportInterval + time.Second).Truncate(time.Second)
-	s := &Server{opts: o, metrics: m, ttl: ttl}
+	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick)}
 	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
 	s.domLog.log, s.errLog.log = o.Logger, o.Logger
 	return s, nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,5 +372,36 @@ func recvUntil(t *testing.T, c client, want tokens) {
 		if s != nil && tokensOf(s) == want {
 			return
 		}
+	}
+}
+
+// A policy reload re-matches a stream's buckets at their next assignment:
+// acme's limit goes from 10/s to unlimited and the stream is sent
+// ALLOW_ALL without reporting again.
+func TestPolicyReloadRematches(t *testing.T) {
+	t.Parallel()
+	first := loadPolicy(t)
+	var current atomic.Pointer[policy.Policy]
+	current.Store(first)
+	h := newHarness(t, Options{Tick: 10 * time.Millisecond, Policy: current.Load}, nil)
+	c := h.open(t)
+	send(t, c, "quota", usage(acme, 1, 0))
+	recvUntil(t, c, tokens{600, time.Minute, 10})
+	path := filepath.Join(t.TempDir(), "quota.yaml")
+	if err := os.WriteFile(path, []byte("domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unlimited: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	next, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Store(next)
+	for {
+		if s := recv(t, c)["acme"]; blanket(s) == "ALLOW_ALL" {
+			break
+		}
+	}
+	if g := value(t, h.srv.metrics.assignedVec.WithLabelValues("quota.tenant_acme")); g != 0 {
+		t.Errorf("assigned_rate of the old rule = %v, want 0 after the reload", g)
 	}
 }
