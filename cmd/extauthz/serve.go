@@ -110,6 +110,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("rlqs: %w", err)
 	}
 	services = append(services, quotas)
+	// RLQS streams live as long as their Envoy: end them at the signal, so
+	// they move to other replicas during the drain delay.
+	defer context.AfterFunc(ctx, quotas.Drain)()
 	s.replay = rp.server
 	recv, send := cfg.grpcMessageLimits()
 	opts := append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))

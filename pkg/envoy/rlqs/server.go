@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -96,6 +97,9 @@ type Server struct {
 	ttl     time.Duration
 	domLog  sampledLog
 	errLog  sampledLog
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
 }
 
 // New returns a Server.
@@ -109,7 +113,7 @@ func New(o Options) (*Server, error) {
 	}
 	// Envoy reads assignment_time_to_live in whole seconds.
 	ttl := (2*o.ReportInterval + time.Second).Truncate(time.Second)
-	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick)}
+	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick), draining: make(chan struct{})}
 	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
 	s.domLog.log, s.errLog.log = o.Logger, o.Logger
 	return s, nil
@@ -123,8 +127,24 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // AssignmentTTL is the assignment_time_to_live of every assignment.
 func (s *Server) AssignmentTTL() time.Duration { return s.ttl }
 
+// Drain ends every stream, and each new one at once, with UNAVAILABLE: the
+// replica is shutting down. Streams live as long as the Envoy, so without
+// it a graceful stop would wait its whole timeout for them; an Envoy whose
+// stream ends keeps its assignments and reconnects at its next report
+// (every 5 s), to whichever replica its cluster picks. Safe to call twice.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
+}
+
+var errDraining = status.Error(codes.Unavailable, "rlqs: replica shutting down")
+
 // StreamRateLimitQuotas serves one Envoy: its reports in, assignments out.
 func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	select {
+	case <-s.draining:
+		return errDraining
+	default:
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return endOfStream(err)

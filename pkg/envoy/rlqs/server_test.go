@@ -405,3 +405,26 @@ func TestPolicyReloadRematches(t *testing.T) {
 		t.Errorf("assigned_rate of the old rule = %v, want 0 after the reload", g)
 	}
 }
+
+// Drain ends open streams with UNAVAILABLE and refuses new ones, so that a
+// graceful stop does not wait for streams that live as long as their Envoy.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{}, nil)
+	c := h.open(t)
+	send(t, c, "quota", usage(acme, 1, 0))
+	recv(t, c)
+	h.srv.Drain()
+	h.srv.Drain()
+	if _, err := c.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("an open stream after Drain: %v, want UNAVAILABLE", err)
+	}
+	c = h.open(t)
+	send(t, c, "quota", usage(acme, 1, 0))
+	if _, err := c.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a new stream after Drain: %v, want UNAVAILABLE", err)
+	}
+	if g := value(t, h.srv.metrics.streams); g != 0 {
+		t.Errorf("streams_open = %v after Drain, want 0", g)
+	}
+}

@@ -68,6 +68,8 @@ func (st *stream) run(first *rlqspb.RateLimitQuotaUsageReports) error {
 			return endOfStream(err)
 		case <-st.ctx.Done():
 			return nil
+		case <-st.s.draining:
+			return errDraining
 		}
 		if err != nil {
 			return err
