@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -12,6 +13,23 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota/quotaredis"
 )
+
+// withRLQS adds the Rate Limit Quota Service to services, unless building
+// them failed (err, passed through). Its streams live as long as their
+// Envoy: they are ended when ctx ends (the shutdown signal), so that they
+// move to other replicas during the drain delay instead of holding up the
+// graceful stop.
+func withRLQS(ctx context.Context, services []grpcService, err error, cfg Config, store ratelimit.Store, current func() *policy.Policy, reg prometheus.Registerer, log *slog.Logger) ([]grpcService, error) {
+	if err != nil {
+		return nil, err
+	}
+	quotas, err := newRLQS(cfg, store, current, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("rlqs: %w", err)
+	}
+	context.AfterFunc(ctx, quotas.Drain)
+	return append(services, quotas), nil
+}
 
 // newRLQS builds the Rate Limit Quota Service. With Redis the demands are
 // shared by every replica (quotaredis, on the rate-limit store's client), so

@@ -102,17 +102,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer tr.shutdown() // after run: the last calls' spans are queued by then
 	services, err := newServices(cfg, tr.rateLimit(cfg, store), src, metrics, tr.idempotency(cfg, idem), log, rp.options...)
+	services, err = withRLQS(ctx, services, err, cfg, store, src.Current, reg, log) // rlqs.go
 	if err != nil {
 		return err
 	}
-	quotas, err := newRLQS(cfg, store, src.Current, reg, log) // rlqs.go
-	if err != nil {
-		return fmt.Errorf("rlqs: %w", err)
-	}
-	services = append(services, quotas)
-	// RLQS streams live as long as their Envoy: end them at the signal, so
-	// they move to other replicas during the drain delay.
-	defer context.AfterFunc(ctx, quotas.Drain)()
 	s.replay = rp.server
 	recv, send := cfg.grpcMessageLimits()
 	opts := append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))

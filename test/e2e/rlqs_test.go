@@ -55,7 +55,7 @@ func TestRLQS(t *testing.T) {
 		wg.Go(func() { l.run(ctx) })
 	}
 	defer func() { cancel(); wg.Wait(); logTimeline(t, start, loads) }()
-	at := func(d time.Duration) time.Time { return start.Add(d) }
+	at := start.Add
 
 	sleepUntil(at(30 * time.Second))
 	rlqsPhase1(t, loads, at(12*time.Second), at(30*time.Second))

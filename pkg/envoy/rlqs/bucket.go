@@ -188,8 +188,8 @@ func (st *stream) blanket(b *bucket, k kind, now time.Time) *rlqspb.RateLimitQuo
 	if k == kindDeny {
 		rule, label = typev3.RateLimitStrategy_DENY_ALL, labelDenyAll
 	}
-	strat := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
-	return st.record(b, k, quota.TokenBucket{}, strat, now, label)
+	strategy := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
+	return st.record(b, k, quota.TokenBucket{}, strategy, now, label)
 }
 
 func (st *stream) tokenBucket(b *bucket, tb quota.TokenBucket, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
@@ -220,8 +220,8 @@ func kindLabel(k kind, tb quota.TokenBucket) string {
 }
 
 // record remembers what b is sent and returns the action.
-func (st *stream) record(b *bucket, k kind, tb quota.TokenBucket, strat *typev3.RateLimitStrategy, now time.Time, label string) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	b.sent, b.sentAt, b.lastKind, b.last, b.lastStrategy = true, now, k, tb, strat
+func (st *stream) record(b *bucket, k kind, tb quota.TokenBucket, strategy *typev3.RateLimitStrategy, now time.Time, label string) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	b.sent, b.sentAt, b.lastKind, b.last, b.lastStrategy = true, now, k, tb, strategy
 	rate := 0.0
 	if k == kindShared {
 		rate = tb.Rate()
@@ -234,7 +234,7 @@ func (st *stream) record(b *bucket, k kind, tb quota.TokenBucket, strat *typev3.
 		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 				AssignmentTimeToLive: durationpb.New(st.s.ttl),
-				RateLimitStrategy:    strat,
+				RateLimitStrategy:    strategy,
 			},
 		},
 	}

@@ -22,7 +22,6 @@ type stream struct {
 	domain   string
 	clientID string
 	buckets  map[string]*bucket // by canonical bucket ID
-	full     bool               // MaxBuckets reached (counted once per bucket ID)
 	overflow map[string]struct{}
 }
 
