@@ -428,3 +428,57 @@ func TestDrain(t *testing.T) {
 		t.Errorf("streams_open = %v after Drain, want 0", g)
 	}
 }
+
+// flakyStore is a memory store that fails while down is set.
+type flakyStore struct {
+	*quota.MemoryStore
+	down atomic.Bool
+}
+
+func (f *flakyStore) Report(ctx context.Context, key, id string, d float64, now time.Time) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.MemoryStore.Report(ctx, key, id, d, now)
+}
+
+func (f *flakyStore) Demands(ctx context.Context, key string, now time.Time) (map[string]float64, error) {
+	if f.down.Load() {
+		return nil, errDown
+	}
+	return f.MemoryStore.Demands(ctx, key, now)
+}
+
+// The store fails after a first assignment: fail open re-sends that
+// assignment when it is due (its TTL extended), fail closed sends DENY_ALL
+// at once; when the store is back, the share is sent again.
+func TestStoreFailureAfterAnAssignment(t *testing.T) {
+	t.Parallel()
+	for _, closed := range []bool{false, true} {
+		ms, err := quota.NewMemoryStore(quota.MemoryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := &flakyStore{MemoryStore: ms}
+		h := newHarness(t, Options{FailClosed: closed, Tick: 10 * time.Millisecond}, store)
+		c := h.open(t)
+		send(t, c, "quota", usage(acme, 1, 0))
+		recvUntil(t, c, tokens{600, time.Minute, 10})
+		store.down.Store(true)
+		h.clock.Add(quota.ReportInterval) // the refresh is due
+		s := recv(t, c)["acme"]
+		if closed && blanket(s) != "DENY_ALL" {
+			t.Fatalf("fail closed: %v, want DENY_ALL", s)
+		}
+		if !closed && tokensOf(s) != (tokens{600, time.Minute, 10}) {
+			t.Fatalf("fail open: %v, want the last assignment re-sent", s)
+		}
+		store.down.Store(false)
+		send(t, c, "", usage(acme, 5, 0))
+		h.clock.Add(quota.ReportInterval) // fail open: the unchanged share is sent when due
+		recvUntil(t, c, tokens{600, time.Minute, 10})
+		if g := value(t, h.srv.metrics.storeErrors.WithLabelValues(failureMode(closed))); g < 1 {
+			t.Errorf("closed=%v: store_errors_total = %v, want at least 1", closed, g)
+		}
+	}
+}
