@@ -27,8 +27,10 @@ type stackOpts struct {
 	env []string
 	// policy is the policy directory (default testdata/policy).
 	policy string
-	// stripFilters runs Envoy with the router only (latency baseline).
+	// stripFilters runs Envoy with the router only (latency baseline),
+	// and the HTTP filters named in keepFilters.
 	stripFilters bool
+	keepFilters  []string
 	// noExtauthz starts Envoy without extauthz replicas: the cluster points
 	// at closed ports (and Redis is not started).
 	noExtauthz bool
@@ -188,6 +190,7 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 		listenerPorts: map[string]int{listenerName(s.opts.config): listener},
 		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "upstream": {s.upAddr}},
 		stripFilters:  s.opts.stripFilters,
+		keepFilters:   s.opts.keepFilters,
 		otlp:          s.opts.otlp,
 	}
 	if hasReplayCluster(s.opts.config) {
