@@ -209,13 +209,14 @@ func replicaMetric(t *testing.T, r *replica, name string) float64 {
 	return sum
 }
 
-// offered is one Envoy's offered load: rps requests per second for tenant
-// acme, each sent on time whatever the previous ones do, each outcome
+// offered is one Envoy's offered load: rps requests per second for one
+// tenant (default acme), each sent on time whatever the previous ones do, each outcome
 // recorded at its send time.
 type offered struct {
-	name string
-	url  string
-	rps  int
+	name   string
+	url    string
+	rps    int
+	tenant string // default acme
 
 	mu         sync.Mutex
 	sends      []time.Time
@@ -259,7 +260,11 @@ func (l *offered) one(ctx context.Context, sent time.Time) {
 	if err != nil {
 		return
 	}
-	req.Header.Set("x-tenant-id", "acme")
+	tenant := l.tenant
+	if tenant == "" {
+		tenant = "acme"
+	}
+	req.Header.Set("x-tenant-id", tenant)
 	resp, err := loadClient.Do(req)
 	if err != nil {
 		return // the test's end, or the stopped Envoy: not an outcome

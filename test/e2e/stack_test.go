@@ -27,6 +27,9 @@ type stackOpts struct {
 	env []string
 	// policy is the policy directory (default testdata/policy).
 	policy string
+	// edit, when set, rewrites the envoy/ file before it is rendered (a
+	// test of one setting).
+	edit func(src []byte) []byte
 	// stripFilters runs Envoy with the router only (latency baseline),
 	// and the HTTP filters named in keepFilters.
 	stripFilters bool
@@ -183,6 +186,9 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", s.opts.config))
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	if s.opts.edit != nil {
+		src = s.opts.edit(src)
 	}
 	listener, admin := freePort(s.t), freePort(s.t)
 	spec := renderSpec{
