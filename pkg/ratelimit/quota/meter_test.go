@@ -9,7 +9,7 @@ import (
 func TestMeter(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	at := t0.Add
 	type step struct {
 		at              time.Duration
 		allowed, denied uint64
