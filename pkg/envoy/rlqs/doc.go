@@ -39,5 +39,8 @@
 // InvalidArgument. When the demand store fails, FailClosed says what the
 // buckets get: false (open) re-sends the last assignment with a fresh TTL
 // (ALLOW_ALL when there was none), true (closed) sends DENY_ALL. Both are
-// counted; the server logs through Options.Logger, sampled.
+// counted; the server logs through Options.Logger, sampled. Drain (at the
+// replica's shutdown) ends every stream with UNAVAILABLE: Envoy keeps its
+// assignments and re-opens the stream, on another replica, at its next
+// report.
 package rlqs

@@ -33,7 +33,8 @@ func newStream(s *Server, g rlqspb.RateLimitQuotaService_StreamRateLimitQuotasSe
 }
 
 // run handles the first message, then every report and tick until the
-// stream ends. Only Send errors (the stream is gone) end it with an error.
+// stream ends. Only Send errors (the stream is gone) and Drain end it with
+// an error.
 func (st *stream) run(first *rlqspb.RateLimitQuotaUsageReports) error {
 	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
 	recvErr := make(chan error, 1)
