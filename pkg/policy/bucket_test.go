@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"os"
 	"testing"
 )
 
@@ -95,4 +96,42 @@ func TestMatchBucketBounds(t *testing.T) {
 	if _, ok := nilDomain.MatchBucket(map[string]string{"tenant": "acme"}); ok {
 		t.Error("a nil domain matched")
 	}
+}
+
+// Any bucket ID gives an answer without panicking, and a match uses every
+// entry of the bucket once, with its own value.
+func FuzzMatchBucket(f *testing.F) {
+	f.Add("tenant", "acme", "route", "orders", "", "")
+	f.Add("app", "api", "tenant", "acme", "zone", "eu")
+	f.Add("tenant", "team-blue", "tenant", "x", "k", "")
+	d := mustLoadF(f, bucketConfig).Domain("quota")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		bucket := map[string]string{k1: v1, k2: v2, k3: v3}
+		m, ok := d.MatchBucket(bucket)
+		if !ok {
+			return
+		}
+		if len(m.KeyEntries) != len(bucket) {
+			t.Fatalf("MatchBucket(%q) used %d entries of %d", bucket, len(m.KeyEntries), len(bucket))
+		}
+		for _, e := range m.KeyEntries {
+			if v, in := bucket[e.Key]; !in || (v != e.Value && !m.Rule.ShareThreshold) {
+				t.Fatalf("MatchBucket(%q): entry %v is not the bucket's", bucket, e)
+			}
+		}
+	})
+}
+
+func mustLoadF(f *testing.F, content string) *Policy {
+	f.Helper()
+	dir := f.TempDir()
+	path := dir + "/quota.yaml"
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		f.Fatal(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return p
 }
