@@ -133,6 +133,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 	}
 	for mode, p := range procs {
 		exercise(t, p)
+		exerciseRLQS(t, p) // rlqs_test.go
 		fams := scrape(t, p)
 		for name, fam := range fams {
 			d, ok := docs[name]

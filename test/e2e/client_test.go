@@ -89,7 +89,13 @@ func uniq(prefix string) string {
 // envoyStat reads one counter from Envoy's admin /stats (0 when absent).
 func (s *stack) envoyStat(t testing.TB, name string) int {
 	t.Helper()
-	resp, err := probeClient.Get(s.admin + "/stats?filter=^" + strings.ReplaceAll(name, ".", `\.`) + "$")
+	return envoyStatAt(t, s.admin, name)
+}
+
+// envoyStatAt reads one counter from the admin /stats of the Envoy at admin.
+func envoyStatAt(t testing.TB, admin, name string) int {
+	t.Helper()
+	resp, err := probeClient.Get(admin + "/stats?filter=^" + strings.ReplaceAll(name, ".", `\.`) + "$")
 	if err != nil {
 		t.Fatalf("envoy stats: %v", err)
 	}

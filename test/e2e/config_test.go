@@ -64,16 +64,29 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 }
 
 func testSpec(config string, strip bool) renderSpec {
-	return renderSpec{
+	spec := renderSpec{
 		adminPort:     19901,
 		listenerPorts: map[string]int{listenerName(config): 19000},
 		endpoints: map[string][]string{
-			"extauthz":        {"127.0.0.1:19001", "127.0.0.1:19002"},
-			"extauthz_replay": {"127.0.0.1:19003"},
-			"upstream":        {"127.0.0.1:19080"},
+			"extauthz": {"127.0.0.1:19001", "127.0.0.1:19002"},
+			"upstream": {"127.0.0.1:19080"},
 		},
 		stripFilters: strip,
 	}
+	if hasReplayCluster(config) {
+		spec.endpoints["extauthz_replay"] = []string{"127.0.0.1:19003"}
+	}
+	return spec
+}
+
+// shape is what rendering an envoy/ file must leave: its socket addresses
+// (admin, listener, the two extauthz endpoints, extauthz_replay when the
+// file has it, upstream) and its HTTP filters.
+func shape(config string) (addrs, filters int) {
+	if config == "rlqs.yaml" {
+		return 5, 2 // rate_limit_quota, router
+	}
+	return 6, 4 // ratelimit, ext_authz, ext_proc, router
 }
 
 // Rendering leaves no DNS name, no non-loopback address and no original
@@ -93,9 +106,10 @@ func TestRenderEnvoy(t *testing.T) {
 			if err := yaml.Unmarshal(out, &doc); err != nil {
 				t.Fatal(err)
 			}
+			wantAddrs, wantFilters := shape(filepath.Base(f))
 			addrs := collect(doc, "socket_address")
-			if len(addrs) != 6 { // admin, listener, 2 extauthz, extauthz_replay, upstream
-				t.Fatalf("socket addresses: got %d, want 6: %v", len(addrs), addrs)
+			if len(addrs) != wantAddrs {
+				t.Fatalf("socket addresses: got %d, want %d: %v", len(addrs), wantAddrs, addrs)
 			}
 			for _, a := range addrs {
 				m := a.(map[string]any)
@@ -107,7 +121,7 @@ func TestRenderEnvoy(t *testing.T) {
 				}
 			}
 			filters := collect(doc, "http_filters")
-			if len(filters) != 1 || len(filters[0].([]any)) != 4 {
+			if len(filters) != 1 || len(filters[0].([]any)) != wantFilters {
 				t.Errorf("http_filters changed: %v", filters)
 			}
 			stripped, err := renderEnvoy(src, testSpec(filepath.Base(f), true))

@@ -26,6 +26,9 @@ type renderSpec struct {
 	// stripFilters drops every HTTP filter but the router: the same Envoy
 	// without extauthz, for latency comparisons.
 	stripFilters bool
+	// keepFilters, with stripFilters, keeps these HTTP filters too (by
+	// name), with their route-level configuration: one API alone.
+	keepFilters []string
 	// eds maps a cluster's name to an EDS file (path_config_source, watched
 	// through its directory) that replaces its endpoints: the cluster
 	// becomes type EDS, as Kubernetes endpoints reach Envoy through xDS.
@@ -85,7 +88,7 @@ func renderListeners(res map[string]any, spec renderSpec) error {
 			return fmt.Errorf("listener %q: %w", name, err)
 		}
 		if spec.stripFilters {
-			if err := stripHTTPFilters(lm); err != nil {
+			if err := stripHTTPFilters(lm, spec.keepFilters); err != nil {
 				return fmt.Errorf("listener %q: %w", name, err)
 			}
 		}
@@ -185,10 +188,15 @@ func setSocket(m map[string]any, port int, path ...string) error {
 	return nil
 }
 
-// stripHTTPFilters keeps only envoy.filters.http.router in every HTTP
-// connection manager of the listener, and drops the routes' per-filter
-// configs and rate_limits with the filters they belong to.
-func stripHTTPFilters(listener map[string]any) error {
+// stripHTTPFilters keeps only envoy.filters.http.router (and the filters
+// named in keep) in every HTTP connection manager of the listener, and
+// drops the routes' per-filter configs and rate_limits with the filters
+// they belong to.
+func stripHTTPFilters(listener map[string]any, keep []string) error {
+	kept := map[string]bool{"envoy.filters.http.router": true}
+	for _, k := range keep {
+		kept[k] = true
+	}
 	chains, _ := listener["filter_chains"].([]any)
 	for _, ch := range chains {
 		chm, _ := ch.(map[string]any)
@@ -199,34 +207,48 @@ func stripHTTPFilters(listener map[string]any) error {
 			if hcm == nil || fm["name"] != "envoy.filters.network.http_connection_manager" {
 				continue
 			}
-			var kept []any
+			var filters []any
 			for _, hf := range asSlice(hcm["http_filters"]) {
-				if m, _ := hf.(map[string]any); m != nil && m["name"] == "envoy.filters.http.router" {
-					kept = append(kept, hf)
+				if m, _ := hf.(map[string]any); m != nil && kept[fmt.Sprint(m["name"])] {
+					filters = append(filters, hf)
 				}
 			}
-			if len(kept) != 1 {
-				return fmt.Errorf("%w: no router filter", errRender)
+			if len(filters) != len(kept) {
+				return fmt.Errorf("%w: %d of the filters %v", errRender, len(filters), keep)
 			}
-			hcm["http_filters"] = kept
-			stripRouteFilterConfigs(hcm)
+			hcm["http_filters"] = filters
+			stripRouteFilterConfigs(hcm, kept)
 		}
 	}
 	return nil
 }
 
-func stripRouteFilterConfigs(hcm map[string]any) {
+func stripRouteFilterConfigs(hcm map[string]any, kept map[string]bool) {
 	rc, _ := hcm["route_config"].(map[string]any)
 	for _, vh := range asSlice(rc["virtual_hosts"]) {
 		vhm, _ := vh.(map[string]any)
-		delete(vhm, "typed_per_filter_config")
+		stripPerFilter(vhm, kept)
 		for _, r := range asSlice(vhm["routes"]) {
 			rm, _ := r.(map[string]any)
-			delete(rm, "typed_per_filter_config")
-			if ra, _ := rm["route"].(map[string]any); ra != nil {
+			stripPerFilter(rm, kept)
+			if ra, _ := rm["route"].(map[string]any); ra != nil && !kept["envoy.filters.http.ratelimit"] {
 				delete(ra, "rate_limits")
 			}
 		}
+	}
+}
+
+// stripPerFilter drops the typed_per_filter_config entries of filters not
+// kept.
+func stripPerFilter(m map[string]any, kept map[string]bool) {
+	cfgs, _ := m["typed_per_filter_config"].(map[string]any)
+	for name := range cfgs {
+		if !kept[name] {
+			delete(cfgs, name)
+		}
+	}
+	if len(cfgs) == 0 {
+		delete(m, "typed_per_filter_config")
 	}
 }
 

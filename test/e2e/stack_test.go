@@ -27,8 +27,13 @@ type stackOpts struct {
 	env []string
 	// policy is the policy directory (default testdata/policy).
 	policy string
-	// stripFilters runs Envoy with the router only (latency baseline).
+	// edit, when set, rewrites the envoy/ file before it is rendered (a
+	// test of one setting).
+	edit func(src []byte) []byte
+	// stripFilters runs Envoy with the router only (latency baseline),
+	// and the HTTP filters named in keepFilters.
 	stripFilters bool
+	keepFilters  []string
 	// noExtauthz starts Envoy without extauthz replicas: the cluster points
 	// at closed ports (and Redis is not started).
 	noExtauthz bool
@@ -163,17 +168,39 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 
 func (s *stack) startEnvoy(extauthzAddrs []string) {
 	s.t.Helper()
+	e := s.launchEnvoy("envoy", extauthzAddrs)
+	s.envoy, s.url, s.admin = e.proc, e.url, e.admin
+}
+
+// envoyProc is one running Envoy.
+type envoyProc struct {
+	*proc
+	// url is its listener, admin its admin address.
+	url, admin string
+}
+
+// launchEnvoy starts an Envoy running opts.config, named name (its files in
+// the stack's directory start with name), on fresh ports.
+func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
+	s.t.Helper()
 	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", s.opts.config))
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	if s.opts.edit != nil {
+		src = s.opts.edit(src)
 	}
 	listener, admin := freePort(s.t), freePort(s.t)
 	spec := renderSpec{
 		adminPort:     admin,
 		listenerPorts: map[string]int{listenerName(s.opts.config): listener},
-		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "extauthz_replay": s.replayAddrs(), "upstream": {s.upAddr}},
+		endpoints:     map[string][]string{"extauthz": extauthzAddrs, "upstream": {s.upAddr}},
 		stripFilters:  s.opts.stripFilters,
+		keepFilters:   s.opts.keepFilters,
 		otlp:          s.opts.otlp,
+	}
+	if hasReplayCluster(s.opts.config) {
+		spec.endpoints["extauthz_replay"] = s.replayAddrs()
 	}
 	if s.opts.eds {
 		s.edsPath = filepath.Join(s.dir, "eds", "extauthz.yaml")
@@ -188,23 +215,24 @@ func (s *stack) startEnvoy(extauthzAddrs []string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cfgPath := filepath.Join(s.dir, "envoy.yaml")
+	cfgPath := filepath.Join(s.dir, name+".yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		s.t.Fatal(err)
 	}
-	s.url = fmt.Sprintf("http://127.0.0.1:%d", listener)
-	s.admin = fmt.Sprintf("http://127.0.0.1:%d", admin)
-	s.envoy = startProc(s.t, s.dir, "envoy", deps.envoy, []string{
+	e := &envoyProc{url: fmt.Sprintf("http://127.0.0.1:%d", listener), admin: fmt.Sprintf("http://127.0.0.1:%d", admin)}
+	serverLog := filepath.Join(s.dir, name+"-server.log")
+	e.proc = startProc(s.t, s.dir, name, deps.envoy, []string{
 		"-c", cfgPath, "--disable-hot-restart", "--concurrency", "2",
-		"--log-level", "info", "--log-path", filepath.Join(s.dir, "envoy-server.log"),
+		"--log-level", "info", "--log-path", serverLog,
 		"--drain-time-s", "1",
 		// xDS (the EDS file of opts.eds) needs a node identity.
 		"--service-node", "e2e", "--service-cluster", "e2e",
 	}, nil)
-	s.t.Cleanup(func() { s.envoy.stop(5 * time.Second) })
-	if err := waitFor(s.envoy, 30*time.Second, func() error { return ownEnvoyReady(s.admin, cfgPath) }); err != nil {
-		s.t.Fatalf("envoy: %v\n%s", err, tailFile(filepath.Join(s.dir, "envoy-server.log"), 40))
+	s.t.Cleanup(func() { e.stop(5 * time.Second) })
+	if err := waitFor(e.proc, 30*time.Second, func() error { return ownEnvoyReady(e.admin, cfgPath) }); err != nil {
+		s.t.Fatalf("%s: %v\n%s", name, err, tailFile(serverLog, 40))
 	}
+	return e
 }
 
 // setEndpoints replaces the extauthz cluster's endpoints (opts.eds) the
@@ -224,6 +252,10 @@ func (s *stack) setEndpoints(addrs ...string) {
 		s.t.Fatal(err)
 	}
 }
+
+// hasReplayCluster reports whether an envoy/ file has the extauthz_replay
+// cluster (the idempotency configs do; the RLQS one does not).
+func hasReplayCluster(config string) bool { return config != "rlqs.yaml" }
 
 // listenerName is the name of the one listener of each envoy/ file.
 func listenerName(config string) string {

@@ -22,9 +22,10 @@ type TokenBucket struct {
 	// truncates the interval to whole seconds, and an interval of 0 admits
 	// everything.
 	FillInterval time.Duration
-	// MaxTokens is the burst, at least 1 unless DenyAll. Envoy starts a new
-	// bucket full, so a client may admit MaxTokens at once after each
-	// assignment it installs.
+	// MaxTokens is the burst, at least 1 unless DenyAll. Envoy 1.40 starts a
+	// bucket's first assignment full, so a client may admit MaxTokens at
+	// once then; a changed assignment keeps the tokens the bucket holds
+	// (measured: docs/rlqs.md).
 	MaxTokens uint32
 }
 
@@ -99,8 +100,9 @@ func (o BucketOptions) withDefaults() BucketOptions {
 // enforces it. The bucket never fills faster than the share:
 // TokensPerFill / FillInterval <= rate, exactly.
 //
-// Burst allowance: MaxTokens is max(1, floor(rate*Burst)), and Envoy may
-// start each bucket it installs full. So over any t seconds a client admits
+// Burst allowance: MaxTokens is max(1, floor(rate*Burst)), and Envoy starts
+// a bucket's first assignment full (1.40 keeps the tokens on later changes;
+// the bound below does not rely on it). So over any t seconds a client admits
 // at most rate*t plus MaxTokens per assignment it installs in that time, and
 // across the clients of one allocation (shares summing to at most the
 // budget) the allowance on top of budget*t is at most budget*Burst plus one

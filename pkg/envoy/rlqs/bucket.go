@@ -1,0 +1,241 @@
+package rlqs
+
+import (
+	"context"
+	"math"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
+)
+
+// kind is what a bucket is assigned.
+type kind int
+
+const (
+	kindShared kind = iota // a share of the rule's budget (a token bucket, or DENY_ALL for none)
+	kindAllow              // ALLOW_ALL
+	kindDeny               // DENY_ALL
+)
+
+// bucket is one bucket ID of one stream.
+type bucket struct {
+	id map[string]string
+
+	// From the policy snapshot pol (re-matched when the snapshot changes).
+	pol      *policy.Policy
+	kind     kind
+	outcome  string  // the extauthz_rlqs_buckets_total outcome
+	series   string  // the bucket label of the per-bucket metrics
+	storeKey string  // kindShared: the demand store's bucket key
+	budget   float64 // kindShared: requests per second
+
+	meter    quota.Meter
+	demand   float64
+	reported bool // a demand not yet written to the store
+
+	// The last assignment sent.
+	sent         bool
+	sentAt       time.Time
+	lastKind     kind
+	last         quota.TokenBucket // lastKind == kindShared
+	lastStrategy *typev3.RateLimitStrategy
+	assignedRate float64 // its token rate, in the assigned gauge
+}
+
+// resolve matches b against the current policy.
+func (st *stream) resolve(b *bucket) {
+	p := st.s.opts.Policy()
+	b.pol = p
+	b.storeKey, b.budget = "", 0
+	d := p.Domain(st.domain)
+	if d == nil {
+		b.kind, b.outcome, b.series = kindAllow, outcomeUnknownDomain, seriesUnknownDomain
+		st.s.domLog.print("rlqs: a stream's domain is not in the policy; its buckets are allowed",
+			"domain", labelValue(st.domain))
+		return
+	}
+	m, ok := d.MatchBucket(b.id)
+	if !ok {
+		b.kind, b.outcome, b.series = kindAllow, outcomeNoMatch, seriesNoMatch
+		return
+	}
+	b.series = st.s.metrics.series.name(m.MetricID)
+	switch r := m.Rule; {
+	case r.Blocked:
+		b.kind, b.outcome = kindDeny, outcomeBlocked
+	case r.Unlimited || len(r.Limits) == 0:
+		b.kind, b.outcome = kindAllow, outcomeUnlimited
+	case r.ShadowMode:
+		b.kind, b.outcome = kindAllow, outcomeShadow
+	default:
+		b.kind, b.outcome = kindShared, outcomeLimited
+		b.storeKey = ratelimit.Key("", d.Name, m.KeyEntries)
+		b.budget = budgetOf(r.Limits)
+	}
+}
+
+// budgetOf is the tightest of a rule's limits as a rate: RLQS enforces
+// rates, so a limit per day becomes its average rate.
+func budgetOf(limits []ratelimit.Limit) float64 {
+	budget := math.Inf(1)
+	for _, l := range limits {
+		budget = min(budget, quota.RateOf(l.Requests, l.Period))
+	}
+	return budget
+}
+
+// assign returns the action to send for b now, or nil when the last one
+// still holds: the policy's answer for blanket buckets, else the client's
+// share, sent when it changed materially or is due for a refresh.
+func (st *stream) assign(b *bucket, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	if st.s.opts.Policy() != b.pol {
+		st.rematch(b)
+	}
+	due := !b.sent || now.Sub(b.sentAt) >= st.s.opts.ReportInterval
+	if b.kind != kindShared {
+		if !due && b.lastKind == b.kind {
+			return nil
+		}
+		return st.blanket(b, b.kind, now)
+	}
+	share, ok, err := st.share(b, now)
+	if err != nil {
+		return st.failed(b, now, due, err)
+	}
+	if !ok { // the client has no live demand for this bucket: let the last one run out
+		return nil
+	}
+	if !due && b.lastKind == kindShared && !quota.Material(b.last, share) {
+		return nil
+	}
+	return st.tokenBucket(b, share, now)
+}
+
+// rematch re-matches b after a policy reload, moving its assigned rate to
+// its new series.
+func (st *stream) rematch(b *bucket) {
+	old := b.series
+	st.resolve(b)
+	if b.series != old {
+		st.s.metrics.assigned(old, -b.assignedRate)
+		st.s.metrics.assigned(b.series, b.assignedRate)
+	}
+}
+
+// share records b's pending demand and reads the client's share of the
+// allocation; ok is false when the allocation has no entry for the client.
+func (st *stream) share(b *bucket, now time.Time) (quota.TokenBucket, bool, error) {
+	shares, ok := st.s.allocs.get(b.storeKey, b.budget, now)
+	if b.reported || !ok {
+		var err error
+		if shares, err = st.allocate(b, now); err != nil {
+			return quota.TokenBucket{}, false, err
+		}
+	}
+	s, ok := shares[st.clientID]
+	return s.Bucket, ok, nil
+}
+
+// allocate writes b's pending demand and reads the bucket's allocation from
+// the store, caching it for the replica's other streams.
+func (st *stream) allocate(b *bucket, now time.Time) (map[string]quota.Share, error) {
+	alloc := st.s.opts.Allocator
+	ctx, cancel := context.WithTimeout(st.ctx, st.s.opts.StoreTimeout)
+	defer cancel()
+	if b.reported {
+		if err := alloc.Report(ctx, b.storeKey, st.clientID, b.demand, now); err != nil {
+			return nil, err
+		}
+		b.reported = false
+	}
+	shares, err := alloc.Allocate(ctx, b.storeKey, b.budget, now)
+	if err != nil {
+		return nil, err
+	}
+	st.s.allocs.put(b.storeKey, b.budget, shares, now)
+	st.s.metrics.demand.WithLabelValues(b.series).Set(demandTotal(shares))
+	return shares, nil
+}
+
+// failed applies the failure mode when the demand store failed for b.
+func (st *stream) failed(b *bucket, now time.Time, due bool, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	mode := failureMode(st.s.opts.FailClosed)
+	st.s.metrics.storeErrors.WithLabelValues(mode).Inc()
+	st.s.errLog.print("rlqs: demand store failed; applying the failure mode", "mode", mode, "err", err)
+	switch {
+	case st.s.opts.FailClosed:
+		if !due && b.lastKind == kindDeny {
+			return nil
+		}
+		return st.blanket(b, kindDeny, now)
+	case !due:
+		return nil // the last assignment is still live
+	case b.sent:
+		return st.record(b, b.lastKind, b.last, b.lastStrategy, now, kindLabel(b.lastKind, b.last))
+	}
+	return st.blanket(b, kindAllow, now)
+}
+
+func (st *stream) blanket(b *bucket, k kind, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	rule, label := typev3.RateLimitStrategy_ALLOW_ALL, labelAllowAll
+	if k == kindDeny {
+		rule, label = typev3.RateLimitStrategy_DENY_ALL, labelDenyAll
+	}
+	strategy := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
+	return st.record(b, k, quota.TokenBucket{}, strategy, now, label)
+}
+
+func (st *stream) tokenBucket(b *bucket, tb quota.TokenBucket, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return st.record(b, kindShared, tb, strategyOf(tb), now, kindLabel(kindShared, tb))
+}
+
+// strategyOf is a share as Envoy's strategy: a token bucket, or DENY_ALL for
+// a share too small to express.
+func strategyOf(tb quota.TokenBucket) *typev3.RateLimitStrategy {
+	if tb.DenyAll {
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens:     tb.MaxTokens,
+		TokensPerFill: wrapperspb.UInt32(tb.TokensPerFill),
+		FillInterval:  durationpb.New(tb.FillInterval),
+	}}}
+}
+
+func kindLabel(k kind, tb quota.TokenBucket) string {
+	switch {
+	case k == kindAllow:
+		return labelAllowAll
+	case k == kindDeny || tb.DenyAll:
+		return labelDenyAll
+	}
+	return labelTokenBucket
+}
+
+// record remembers what b is sent and returns the action.
+func (st *stream) record(b *bucket, k kind, tb quota.TokenBucket, strategy *typev3.RateLimitStrategy, now time.Time, label string) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	b.sent, b.sentAt, b.lastKind, b.last, b.lastStrategy = true, now, k, tb, strategy
+	rate := 0.0
+	if k == kindShared {
+		rate = tb.Rate()
+	}
+	st.s.metrics.assigned(b.series, rate-b.assignedRate)
+	b.assignedRate = rate
+	st.s.metrics.assignments.WithLabelValues(label).Inc()
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketId: &rlqspb.BucketId{Bucket: b.id},
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(st.s.ttl),
+				RateLimitStrategy:    strategy,
+			},
+		},
+	}
+}

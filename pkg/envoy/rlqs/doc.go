@@ -1,0 +1,46 @@
+// Package rlqs serves Envoy's Rate Limit Quota Service
+// (envoy.service.rate_limit_quota.v3, filter envoy.filters.http.rate_limit_quota):
+// each Envoy keeps a token bucket per bucket ID, reports its usage every
+// reporting interval, and this server assigns it its share of the bucket's
+// global budget. The division itself is pkg/ratelimit/quota's; this package
+// translates between Envoy's stream and that core.
+//
+// One stream is one client: an Envoy's gRPC stream gets a random client ID
+// of its own. An Envoy that reconnects (to this replica or another) is a new
+// client whose first demand is Unknown (a fair share at once); its old entry
+// drops out of the allocation when it expires from the demand store (the
+// store's TTL, two report intervals). Until then the old entry still holds
+// part of the budget, so a reconnect under-admits for up to two intervals
+// and never over-admits.
+//
+// A bucket ID is matched against the policy domain named by the stream's
+// first message, through the same descriptor tree as RLS
+// (policy.Domain.MatchBucket: at each level a child whose key is in the
+// bucket, keys tried in byte order, every entry used). The matched rule is
+// the bucket's global budget: the smallest requests-per-second of its limits
+// (a limit of 10000/day becomes 0.116/s: RLQS enforces rates, not windows).
+// What each bucket gets:
+//
+//   - a rule with limits: a token bucket, its share of the budget;
+//   - no matching rule, or a domain the policy does not have: ALLOW_ALL,
+//     counted (and, for the domain, logged at most every LogSampleInterval);
+//   - an unlimited or shadow_mode rule: ALLOW_ALL;
+//   - a blocked rule (requests_per_unit: 0): DENY_ALL.
+//
+// Assignments are pushed when a report changes them materially
+// (quota.Material), on a per-stream tick that re-reads the allocation (so an
+// Envoy learns of other Envoys' reports within one tick, on whichever
+// replica they report), and at least once per report interval so that they
+// never expire (assignment_time_to_live is two intervals plus one second).
+//
+// Faults: request-shaped input never ends a stream (a bucket that cannot be
+// matched is answered ALLOW_ALL; an empty bucket ID is ignored and counted);
+// a stream whose first message names no domain is closed with
+// InvalidArgument. When the demand store fails, FailClosed says what the
+// buckets get: false (open) re-sends the last assignment with a fresh TTL
+// (ALLOW_ALL when there was none), true (closed) sends DENY_ALL. Both are
+// counted; the server logs through Options.Logger, sampled. Drain (at the
+// replica's shutdown) ends every stream with UNAVAILABLE: Envoy keeps its
+// assignments and re-opens the stream, on another replica, at its next
+// report.
+package rlqs

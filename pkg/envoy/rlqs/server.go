@@ -1,0 +1,186 @@
+package rlqs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
+)
+
+// Options configure a Server. Policy and Allocator are required; the other
+// fields have defaults.
+type Options struct {
+	// Policy returns the current policy snapshot (nil: no domains).
+	Policy func() *policy.Policy
+	// Allocator divides the budgets; its store decides whether replicas
+	// share demands (quotaredis) or not (quota.MemoryStore).
+	Allocator *quota.Allocator
+	// Registerer takes the metrics; nil registers them nowhere.
+	Registerer prometheus.Registerer
+	// Logger receives the sampled warnings (unknown domain, store errors);
+	// nil is silent.
+	Logger *slog.Logger
+	// FailClosed sends DENY_ALL when the demand store fails; false (fail
+	// open) re-sends each bucket's last assignment instead.
+	FailClosed bool
+	// ReportInterval is how often Envoy reports; default
+	// quota.ReportInterval (Envoy 1.40 reports every 5 s whatever its
+	// reporting_interval says). Assignments are refreshed once per
+	// interval and live for two intervals plus one second.
+	ReportInterval time.Duration
+	// Tick is how often a stream re-reads the allocation of its buckets and
+	// pushes material changes; default one second.
+	Tick time.Duration
+	// StoreTimeout bounds each demand store call (a report and an
+	// allocation); default 250ms. A call that times out is a store failure.
+	StoreTimeout time.Duration
+	// MaxBuckets bounds the buckets one stream tracks; default 1000.
+	// Buckets beyond it get no assignment (Envoy applies its
+	// no_assignment_behavior) and are counted.
+	MaxBuckets int
+	// MaxBucketSeries bounds the bucket label values of the per-bucket
+	// metrics; default 100, then "_overflow".
+	MaxBucketSeries int
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) defaults() error {
+	switch {
+	case o.Policy == nil:
+		return errors.New("rlqs: nil Policy")
+	case o.Allocator == nil:
+		return errors.New("rlqs: nil Allocator")
+	case o.ReportInterval < 0 || o.Tick < 0 || o.StoreTimeout < 0 || o.MaxBuckets < 0 || o.MaxBucketSeries < 0:
+		return errors.New("rlqs: negative option")
+	}
+	if o.ReportInterval == 0 {
+		o.ReportInterval = quota.ReportInterval
+	}
+	if o.Tick == 0 {
+		o.Tick = time.Second
+	}
+	if o.StoreTimeout == 0 {
+		o.StoreTimeout = 250 * time.Millisecond
+	}
+	if o.MaxBuckets == 0 {
+		o.MaxBuckets = 1000
+	}
+	if o.MaxBucketSeries == 0 {
+		o.MaxBucketSeries = 100
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Server is the RateLimitQuotaService. Safe for concurrent use: each
+// stream's state is its own.
+type Server struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+	opts    Options
+	metrics *metrics
+	allocs  *allocCache
+	ttl     time.Duration
+	domLog  sampledLog
+	errLog  sampledLog
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
+}
+
+// New returns a Server.
+func New(o Options) (*Server, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(o.Registerer, o.MaxBucketSeries)
+	if err != nil {
+		return nil, err
+	}
+	// Envoy reads assignment_time_to_live in whole seconds.
+	ttl := (2*o.ReportInterval + time.Second).Truncate(time.Second)
+	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick), draining: make(chan struct{})}
+	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
+	s.domLog.log, s.errLog.log = o.Logger, o.Logger
+	return s, nil
+}
+
+// Register adds the service to a gRPC server.
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	rlqspb.RegisterRateLimitQuotaServiceServer(r, s)
+}
+
+// AssignmentTTL is the assignment_time_to_live of every assignment.
+func (s *Server) AssignmentTTL() time.Duration { return s.ttl }
+
+// Drain ends every stream, and each new one at once, with UNAVAILABLE: the
+// replica is shutting down. Streams live as long as the Envoy, so without
+// it a graceful stop would wait its whole timeout for them; an Envoy whose
+// stream ends keeps its assignments and reconnects at its next report
+// (every 5 s), to whichever replica its cluster picks. Safe to call twice.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() { close(s.draining) })
+}
+
+var errDraining = status.Error(codes.Unavailable, "rlqs: replica shutting down")
+
+// StreamRateLimitQuotas serves one Envoy: its reports in, assignments out.
+func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	select {
+	case <-s.draining:
+		return errDraining
+	default:
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return endOfStream(err)
+	}
+	if first.GetDomain() == "" {
+		s.metrics.rejected.WithLabelValues(reasonNoDomain).Inc()
+		return status.Error(codes.InvalidArgument, "rlqs: the stream's first message must name a domain")
+	}
+	s.metrics.streams.Inc()
+	st := newStream(s, stream, first.GetDomain(), newClientID())
+	defer func() {
+		st.close()
+		s.metrics.streams.Dec()
+	}()
+	return st.run(first)
+}
+
+func failureMode(closed bool) string {
+	if closed {
+		return "closed"
+	}
+	return "open"
+}
+
+// endOfStream maps the client's closing of its side to a clean end.
+func endOfStream(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// newClientID is a random ID for one stream: 96 bits, so two streams never
+// share a demand entry.
+func newClientID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
