@@ -110,6 +110,7 @@ type gate struct {
 	events  *IdempotencyMetrics
 	timeout time.Duration // bounds every store call
 	replay  *Replayer     // nil: bodies in object storage cannot be replayed
+	latency *RouteLatency // how long each route's leases are held: 409's Retry-After
 }
 
 // eventSite is where an idempotency event happens: the API and the name
@@ -189,7 +190,8 @@ func (g *gate) begin(ctx context.Context, at eventSite, scope, key string, fp id
 		return gateResult{kind: gateLease, lease: o.Lease, fp: fp}
 	case idempotency.InProgress:
 		g.count(at, idempotency.EventConflict)
-		return gateResult{kind: gateReply, reply: problemInProgress(o.RetryAfter)}
+		est, known := g.latency.Estimate(at.route)
+		return gateResult{kind: gateReply, reply: problemInProgress(inProgressWait(est, known, ttls.Lease, o.RetryAfter), known)}
 	case idempotency.Mismatch:
 		g.count(at, idempotency.EventMismatch)
 		return gateResult{kind: gateReply, reply: problemKeyReused()}

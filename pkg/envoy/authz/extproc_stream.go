@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -33,8 +34,9 @@ type procStream struct {
 	lease   *idempotency.Lease  // held by this request (either wiring)
 	id      *policy.Idempotency // settings of the lease's route; nil if it vanished
 	renew   *renewer
-	capture *capture // buffering a response to store
-	settled bool     // the lease was completed, released or left to expire
+	heldAt  time.Time // when the lease was taken or handed over (RouteLatency's clock)
+	capture *capture  // buffering a response to store
+	settled bool      // the lease was completed, released or left to expire
 
 	ticket    string // a replay ticket to put on the request (replay.go)
 	replaying bool   // the response is a replay from extauthz: never stored
@@ -265,6 +267,7 @@ func (st *procStream) routeNamed(name string) *policy.Route {
 // hold makes the stream the lease's keeper: it renews it until settled.
 func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
 	st.lease, st.id = &l, id
+	st.heldAt = st.s.gate.latency.now()
 	st.renew = st.s.startRenew(st.ctx, l, st.site())
 }
 
