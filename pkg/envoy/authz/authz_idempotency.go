@@ -251,17 +251,17 @@ func replayReply(id *policy.Idempotency, resp idempotency.Response) *reply {
 }
 
 // replayTicket is the gate's answer to a replay whose body is in object
-// storage: a signed ticket for the replay endpoint, or, when replays of
-// such bodies are not configured, a 503 problem (the request ran; it must
-// not run again). The ticket names route, so that the endpoint counts the
-// replay under it.
-func (g *gate) replayTicket(route string, id *policy.Idempotency, res gateResult) (string, *reply) {
+// storage: a signed ticket for the replay endpoint with the proof of the
+// caller's scope, or, when replays of such bodies are not configured, a
+// 503 problem (the request ran; it must not run again). The ticket names
+// route, so that the endpoint counts the replay under it.
+func (g *gate) replayTicket(route string, id *policy.Idempotency, res gateResult) (replayMark, *reply) {
 	if g.replay == nil {
-		return "", problemReplayUnavailable()
+		return replayMark{}, problemReplayUnavailable()
 	}
 	var hs []idempotency.Header
 	if id != nil { // nil: the route vanished since; replay no headers
 		hs = idempotency.ReplayHeaders(res.stored.Headers, id.ReplayHeader)
 	}
-	return g.replay.issue(route, res.scope, res.key, res.stored, hs), nil
+	return replayMark{ticket: g.replay.issue(route, res.scope, res.key, res.stored, hs), scope: g.replay.scopeProof(res.scope)}, nil
 }

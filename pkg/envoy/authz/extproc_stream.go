@@ -38,8 +38,8 @@ type procStream struct {
 	capture *capture  // buffering a response to store
 	settled bool      // the lease was completed, released or left to expire
 
-	ticket    string // a replay ticket to put on the request (replay.go)
-	replaying bool   // the response is a replay from extauthz: never stored
+	mark      replayMark // a replay ticket and scope proof to put on the request (extproc_replay.go)
+	replaying bool       // the response is a replay from extauthz: never stored
 }
 
 // pendingBegin is a wiring (a) request whose body is still arriving.
@@ -185,9 +185,9 @@ func (st *procStream) requestTrailers() *extprocv3.ProcessingResponse {
 	if p := st.pending; p != nil {
 		st.pending = nil
 		r := st.begin(p)
-		if r == nil && st.ticket != "" {
+		if r == nil && st.mark.ticket != "" {
 			// A trailers reply cannot re-route the request.
-			st.ticket = ""
+			st.mark = replayMark{}
 			r = problemReplayUnavailableDetail("The request already ran; its stored reply cannot be replayed to a request with trailers. Resend it without trailers and the same Idempotency-Key: it will not run again.")
 		}
 		if r != nil {
@@ -237,10 +237,10 @@ func (st *procStream) apply(res gateResult, id *policy.Idempotency) *reply {
 				st.event(idempotency.EventUnavailable)
 				return bad
 			}
-			st.ticket = t
+			st.mark = t
 		}
 		st.event(idempotency.EventReplayed)
-		if st.ticket != "" {
+		if st.mark.ticket != "" {
 			return nil
 		}
 		return replayReply(id, res.stored)
