@@ -155,7 +155,10 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 		rls.WithGlobalShadowMode(cfg.ShadowMode), rls.WithGlobalQuotaMode(cfg.QuotaMode),
 		rls.WithResponseMetadata(cfg.ResponseDynamicMetadata)))
 	timeout := authz.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
-	opts := append([]authz.IdempotencyOption{timeout}, extra...)
+	// One latency record for both: ext_proc measures the leases, ext_authz
+	// answers most 409s.
+	latency := authz.WithRouteLatency(authz.NewRouteLatency(nil))
+	opts := append([]authz.IdempotencyOption{timeout, latency}, extra...)
 	l.add(authz.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
 	l.add(authz.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err

@@ -45,40 +45,17 @@ func envoyBin(t *testing.T) string {
 
 // TestEnvoyAcceptsSidecarConfig builds the inbound HTTP chain a selected
 // sidecar ends up with: Istio's ext_authz filter for the mesh config's
-// provider, the EnvoyFilters' ratelimit and ext_proc filters and route
-// rate_limits, and asks a real Envoy (`--mode validate`) to load it. The
-// typed decode catches misspelt fields; this catches what only Envoy
-// checks.
+// provider, the EnvoyFilters' ratelimit and ext_proc filters, route
+// rate_limits, the replay route (first) and the early header mutation that
+// strips client copies of the replay headers, and asks a real Envoy
+// (`--mode validate`) to load it. The typed decode catches misspelt
+// fields; this catches what only Envoy checks.
 func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 	t.Parallel()
 	bin := envoyBin(t)
-	tgt := serviceTarget(t)
-	objs := renderObjects(t, "k8s/istio/base")
-	filters := []*hcmv3.HttpFilter{istioExtAuthz(t, tgt)}
-	vhost := &routev3.VirtualHost{
-		Name: "inbound|http|8080", Domains: []string{"*"},
-		Routes: []*routev3.Route{{
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "app"}}},
-		}},
-	}
-	for _, ef := range only[*istionetworking.EnvoyFilter](objs) {
-		for _, cp := range ef.Spec.GetConfigPatches() {
-			m, err := decodePatch(cp)
-			if err != nil {
-				t.Fatalf("%s: %v", ef.Name, err)
-			}
-			switch v := m.(type) {
-			case *hcmv3.HttpFilter:
-				filters = insertFilter(t, filters, cp, v)
-			case *routev3.VirtualHost:
-				proto.Merge(vhost, v) // the MERGE operation
-			}
-		}
-	}
-	filters = append(filters, &hcmv3.HttpFilter{Name: routerName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerv3.Router{})}})
+	sc := renderSidecar(t, serviceTarget(t), "app")
 	path := filepath.Join(t.TempDir(), "envoy.json")
-	j, err := protojson.Marshal(sidecarBootstrap(t, tgt, filters, vhost))
+	j, err := protojson.Marshal(sc.bootstrap(t, sidecarPorts{listen: 15006, extauthz: int(sc.tgt.Port), app: 8080, replay: 9002}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +66,59 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envoy --mode validate rejects the sidecar chain: %v\n%s", err, out)
 	}
+}
+
+// sidecar is the inbound HTTP connection manager of a selected sidecar,
+// built from the Istio manifests as istiod would.
+type sidecar struct {
+	tgt      target
+	app      string // the workload's cluster
+	hcm      *hcmv3.HttpConnectionManager
+	clusters []string // clusters its routes name besides the app's
+}
+
+// renderSidecar applies every EnvoyFilter patch of k8s/istio/base to the
+// chain Istio builds for an inbound port whose workload is the cluster
+// app: HTTP_FILTER inserts, VIRTUAL_HOST merges, HTTP_ROUTE INSERT_FIRST
+// and the HCM's NETWORK_FILTER MERGE.
+func renderSidecar(t *testing.T, tgt target, app string) *sidecar {
+	t.Helper()
+	filters := []*hcmv3.HttpFilter{istioExtAuthz(t, tgt)}
+	vhost := &routev3.VirtualHost{
+		Name: "inbound|http|8080", Domains: []string{"*"},
+		Routes: []*routev3.Route{{
+			Name:   "default",
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: app}}},
+		}},
+	}
+	hcm := &hcmv3.HttpConnectionManager{StatPrefix: "inbound_0.0.0.0_8080"}
+	sc := &sidecar{tgt: tgt, app: app, hcm: hcm}
+	for _, ef := range only[*istionetworking.EnvoyFilter](renderObjects(t, "k8s/istio/base")) {
+		for _, cp := range ef.Spec.GetConfigPatches() {
+			m, err := decodePatch(cp)
+			if err != nil {
+				t.Fatalf("%s: %v", ef.Name, err)
+			}
+			switch v := m.(type) {
+			case *hcmv3.HttpFilter:
+				filters = insertFilter(t, filters, cp, v)
+			case *routev3.VirtualHost:
+				proto.Merge(vhost, v) // the MERGE operation
+			case *routev3.Route:
+				if cp.GetPatch().GetOperation() != networkingapi.EnvoyFilter_Patch_INSERT_FIRST {
+					t.Fatalf("%s: route patch %s not modelled", ef.Name, cp.GetPatch().GetOperation())
+				}
+				vhost.Routes = append([]*routev3.Route{v}, vhost.Routes...)
+				sc.clusters = append(sc.clusters, v.GetRoute().GetCluster())
+			case *listenerv3.Filter:
+				proto.Merge(hcm, mergedHCM(t, ef.Name, cp)) // MERGE: repeated fields append
+			}
+		}
+	}
+	hcm.HttpFilters = append(filters, &hcmv3.HttpFilter{Name: routerName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerv3.Router{})}})
+	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: "inbound|8080||", VirtualHosts: []*routev3.VirtualHost{vhost}}}
+	return sc
 }
 
 // insertFilter places an HTTP_FILTER patch relative to its subFilter.
@@ -134,6 +164,7 @@ func istioExtAuthz(t *testing.T, tgt target) *hcmv3.HttpFilter {
 		}},
 		FailureModeAllow: p.GetFailOpen(),
 		StatusOnError:    &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+		ClearRouteCache:  p.GetClearRouteCache(),
 		WithRequestBody: &extauthzv3.BufferSettings{
 			MaxRequestBytes: uint32(body.GetMaxRequestBytes()), AllowPartialMessage: body.GetAllowPartialMessage(), PackAsBytes: body.GetPackAsBytes(),
 		},
@@ -141,28 +172,34 @@ func istioExtAuthz(t *testing.T, tgt target) *hcmv3.HttpFilter {
 	return &hcmv3.HttpFilter{Name: extAuthzName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, cfg)}}
 }
 
-func sidecarBootstrap(t *testing.T, tgt target, filters []*hcmv3.HttpFilter, vhost *routev3.VirtualHost) *bootstrapv3.Bootstrap {
+// sidecarPorts are the loopback ports of a rendered sidecar: its inbound
+// listener, extauthz's gRPC port, the app and the replay endpoint.
+type sidecarPorts struct{ listen, extauthz, app, replay int }
+
+// bootstrap is a whole Envoy config around the sidecar's HCM: the inbound
+// listener, the extauthz gRPC cluster (HTTP/2), the app, and every other
+// cluster its routes name (the replay port's) at the replay port.
+func (sc *sidecar) bootstrap(t *testing.T, p sidecarPorts) *bootstrapv3.Bootstrap {
 	t.Helper()
-	hcm := &hcmv3.HttpConnectionManager{
-		StatPrefix:     "inbound_0.0.0.0_8080",
-		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: "inbound|8080||", VirtualHosts: []*routev3.VirtualHost{vhost}}},
-		HttpFilters:    filters,
-	}
 	h2 := &upstreamhttpv3.HttpProtocolOptions{UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{
 		ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
 		}}}
-	extauthz := staticCluster(tgt.Cluster, int(tgt.Port))
+	extauthz := staticCluster(sc.tgt.Cluster, p.extauthz)
 	extauthz.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(t, h2)}
+	clusters := []*clusterv3.Cluster{extauthz, staticCluster(sc.app, p.app)}
+	for _, name := range sc.clusters {
+		clusters = append(clusters, staticCluster(name, p.replay))
+	}
 	return &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{
 		Listeners: []*listenerv3.Listener{{
 			Name:    "virtualInbound",
-			Address: socketAddress(15006),
+			Address: socketAddress(p.listen),
 			FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
-				Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(t, hcm)},
+				Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(t, sc.hcm)},
 			}}}},
 		}},
-		Clusters: []*clusterv3.Cluster{extauthz, staticCluster("app", 8080)},
+		Clusters: clusters,
 	}}
 }
 

@@ -82,6 +82,8 @@ func TestMeshConfigProvider(t *testing.T) {
 		t.Error("provider has no timeout")
 	case !g.GetIncludeRequestBodyInCheck().GetPackAsBytes():
 		t.Error("includeRequestBodyInCheck.packAsBytes must be true")
+	case !g.GetClearRouteCache():
+		t.Error("clearRouteCache must be true: a request marked for replay is re-routed to extauthz's replay endpoint")
 	}
 }
 
@@ -111,8 +113,8 @@ func TestIstioRenders(t *testing.T) {
 		t.Run(filepath.Base(v.dir), func(t *testing.T) {
 			t.Parallel()
 			objs := renderObjects(t, v.dir)
-			if len(objs) != 3 {
-				t.Errorf("%d objects, want an AuthorizationPolicy and two EnvoyFilters", len(objs))
+			if len(objs) != 4 {
+				t.Errorf("%d objects, want an AuthorizationPolicy and three EnvoyFilters", len(objs))
 			}
 			for _, o := range objs {
 				if ns := o.Obj.(interface{ GetNamespace() string }).GetNamespace(); ns != v.namespace {
@@ -123,10 +125,13 @@ func TestIstioRenders(t *testing.T) {
 			checkAuthorizationPolicy(t, ap, providers)
 			rl := named[*istionetworking.EnvoyFilter](t, objs, ratelimitFilter)
 			idem := named[*istionetworking.EnvoyFilter](t, objs, idempotencyFilter)
+			replay := named[*istionetworking.EnvoyFilter](t, objs, replayFilter)
 			checkSelection(t, v, ap, rl, idem)
+			checkSelection(t, v, ap, replay, idem)
 			for _, ef := range []*istionetworking.EnvoyFilter{rl, idem} {
 				checkEnvoyFilter(t, ef, tgt)
 			}
+			checkReplayFilter(t, replay, replayCluster(t))
 			checkFilterOrder(t, rl, idem)
 		})
 	}
@@ -146,10 +151,10 @@ func checkAuthorizationPolicy(t *testing.T, ap *istiosecurity.AuthorizationPolic
 	}
 }
 
-// checkSelection: in the label-selective variant, ext_authz and the
-// ratelimit filter select the same workloads (the ratelimit filter is
-// placed relative to ext_authz); elsewhere they select every workload.
-// ext_proc always stays opt-in.
+// checkSelection: in the label-selective variant, ext_authz and rl (the
+// ratelimit filter, placed relative to ext_authz, or the replay route,
+// needed wherever ext_authz issues tickets) select the same workloads;
+// elsewhere they select every workload. ext_proc always stays opt-in.
 func checkSelection(t *testing.T, v istioVariant, ap *istiosecurity.AuthorizationPolicy, rl, idem *istionetworking.EnvoyFilter) {
 	t.Helper()
 	apLabels := ap.Spec.GetSelector().GetMatchLabels()

@@ -62,7 +62,7 @@ func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies envoy.Pol
 	}
 	o := newIdemOptions(opts)
 	events.syncRoutes(httpPolicy(policies.Current()))
-	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay}, policies: policies, metrics: metrics}, nil
+	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).
@@ -205,9 +205,9 @@ func deniedResponse(code codes.Code, r *reply) *authv3.CheckResponse {
 }
 
 // replayElsewhere admits a replay whose body is in object storage with a
-// replay ticket header: Envoy (clear_route_cache) routes the request to
-// extauthz's replay endpoint, which streams the body. The header replaces
-// any copy the client sent.
+// replay ticket header and the caller's scope proof: Envoy
+// (clear_route_cache) routes the request to extauthz's replay endpoint,
+// which streams the body. The headers replace any copy the client sent.
 func (s *Authz) replayElsewhere(route *policy.Route, res gateResult, rl []*corev3.HeaderValue) *authv3.CheckResponse {
 	t, bad := s.gate.replayTicket(route.Name, route.Idempotency, res)
 	if bad != nil {
@@ -217,9 +217,11 @@ func (s *Authz) replayElsewhere(route *policy.Route, res gateResult, rl []*corev
 	s.gate.events.Count(envoy.APIExtAuthz, route.Name, idempotency.EventReplayed)
 	resp := okResponse(rl, nil)
 	ok := resp.GetOkResponse()
-	ok.Headers = append(ok.Headers, &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: HeaderReplayTicket, Value: t},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	})
+	for _, h := range t.headers() {
+		ok.Headers = append(ok.Headers, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: h[0], Value: h[1]},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
 	return resp
 }

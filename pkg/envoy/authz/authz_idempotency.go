@@ -110,6 +110,7 @@ type gate struct {
 	events  *IdempotencyMetrics
 	timeout time.Duration // bounds every store call
 	replay  *Replayer     // nil: bodies in object storage cannot be replayed
+	latency *RouteLatency // how long each route's leases are held: 409's Retry-After
 }
 
 // eventSite is where an idempotency event happens: the API and the name
@@ -189,7 +190,8 @@ func (g *gate) begin(ctx context.Context, at eventSite, scope, key string, fp id
 		return gateResult{kind: gateLease, lease: o.Lease, fp: fp}
 	case idempotency.InProgress:
 		g.count(at, idempotency.EventConflict)
-		return gateResult{kind: gateReply, reply: problemInProgress(o.RetryAfter)}
+		est, known := g.latency.Estimate(at.route)
+		return gateResult{kind: gateReply, reply: problemInProgress(inProgressWait(est, known, ttls.Lease, o.RetryAfter), known)}
 	case idempotency.Mismatch:
 		g.count(at, idempotency.EventMismatch)
 		return gateResult{kind: gateReply, reply: problemKeyReused()}
@@ -249,17 +251,17 @@ func replayReply(id *policy.Idempotency, resp idempotency.Response) *reply {
 }
 
 // replayTicket is the gate's answer to a replay whose body is in object
-// storage: a signed ticket for the replay endpoint, or, when replays of
-// such bodies are not configured, a 503 problem (the request ran; it must
-// not run again). The ticket names route, so that the endpoint counts the
-// replay under it.
-func (g *gate) replayTicket(route string, id *policy.Idempotency, res gateResult) (string, *reply) {
+// storage: a signed ticket for the replay endpoint with the proof of the
+// caller's scope, or, when replays of such bodies are not configured, a
+// 503 problem (the request ran; it must not run again). The ticket names
+// route, so that the endpoint counts the replay under it.
+func (g *gate) replayTicket(route string, id *policy.Idempotency, res gateResult) (replayMark, *reply) {
 	if g.replay == nil {
-		return "", problemReplayUnavailable()
+		return replayMark{}, problemReplayUnavailable()
 	}
 	var hs []idempotency.Header
 	if id != nil { // nil: the route vanished since; replay no headers
 		hs = idempotency.ReplayHeaders(res.stored.Headers, id.ReplayHeader)
 	}
-	return g.replay.issue(route, res.scope, res.key, res.stored, hs), nil
+	return replayMark{ticket: g.replay.issue(route, res.scope, res.key, res.stored, hs), scope: g.replay.scopeProof(res.scope)}, nil
 }

@@ -66,7 +66,7 @@ func NewExtProc(idem idempotency.Store, policies envoy.PolicySource, metrics *en
 	}
 	o := newIdemOptions(opts)
 	events.syncRoutes(httpPolicy(policies.Current()))
-	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay}, policies: policies, metrics: metrics, opts: o}, nil
+	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics, opts: o}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).

@@ -64,6 +64,8 @@ type idemEnv struct {
 	authz  authv3.AuthorizationClient
 	proc   extprocv3.ExternalProcessorClient
 	ticks  chan time.Time // drives lease renewals
+	// latency is shared by both servers, on the manual clock.
+	latency *RouteLatency
 }
 
 // flakyStore fails every call while fail is set (a Redis outage), and
@@ -110,6 +112,8 @@ func startIdem(t *testing.T, yaml string) *idemEnv {
 func startIdemStore(t *testing.T, yaml string, store idempotency.Store, opts ...IdempotencyOption) *idemEnv {
 	t.Helper()
 	e := &idemEnv{clock: testclock.New(envoytest.T0), reg: prometheus.NewRegistry(), ticks: make(chan time.Time)}
+	e.latency = NewRouteLatency(e.clock.Now)
+	opts = append([]IdempotencyOption{WithRouteLatency(e.latency)}, opts...)
 	if store == nil {
 		store = memstore.New(memstore.Config{Now: e.clock.Now})
 	}

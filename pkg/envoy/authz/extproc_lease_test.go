@@ -14,6 +14,9 @@ import (
 // stream waits, so a duplicate after the original TTL still gets 409.
 func TestExtProcRenewsTheLeaseOfASlowUpstream(t *testing.T) {
 	e := startIdem(t, idemPolicy)
+	// The route's requests take longer than any lease: a duplicate's
+	// Retry-After is then the lease's remaining time, which shows renewals.
+	e.latency.Observe("orders", time.Hour)
 	s, _ := e.postA(t, "/orders/1", "acme", "slow", []byte("{}"))
 	e.clock.Advance(25 * time.Second)
 	e.ticks <- e.clock.Now() // renew at t0+25s: the lease now ends at t0+55s

@@ -18,6 +18,7 @@ type idemOptions struct {
 	ticker       func(time.Duration) (<-chan time.Time, func())
 	replay       *Replayer
 	blobs        blob.Store // nil: bodies over max_body_bytes are not kept
+	latency      *RouteLatency
 }
 
 // Defaults of the options.
@@ -38,6 +39,9 @@ func newIdemOptions(opts []IdempotencyOption) idemOptions {
 		if f != nil {
 			f(&o)
 		}
+	}
+	if o.latency == nil {
+		o.latency = NewRouteLatency(nil)
 	}
 	return o
 }
@@ -95,6 +99,19 @@ func WithRenewTicker(f func(time.Duration) (<-chan time.Time, func())) Idempoten
 // Without it such a replay is answered 503 (idempotency-replay-unavailable).
 func WithReplay(r *Replayer) IdempotencyOption {
 	return func(o *idemOptions) { o.replay = r }
+}
+
+// WithRouteLatency shares l between servers: ext_proc records in it how
+// long each route's leases are held, and ext_authz and ext_proc derive a
+// 409's Retry-After from it. Pass the same l to NewAuthz and NewExtProc
+// (without it each server keeps its own, and ext_authz, which settles no
+// lease, answers every 409 with DefaultInProgressWait).
+func WithRouteLatency(l *RouteLatency) IdempotencyOption {
+	return func(o *idemOptions) {
+		if l != nil {
+			o.latency = l
+		}
+	}
 }
 
 // complete, release and renew are the store's writes under the timeout.

@@ -11,7 +11,7 @@ import (
 // ticket set and the route cache cleared so that Envoy routes the request
 // to the replay endpoint.
 func (st *procStream) requestHeadersReply(r *reply) *extprocv3.ProcessingResponse {
-	if r != nil || st.ticket == "" {
+	if r != nil || st.mark.ticket == "" {
 		return requestHeadersReply(r)
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
@@ -21,25 +21,27 @@ func (st *procStream) requestHeadersReply(r *reply) *extprocv3.ProcessingRespons
 // requestBodyReply is requestHeadersReply for a decision on the (BUFFERED)
 // body, where a header mutation still applies.
 func (st *procStream) requestBodyReply(r *reply) *extprocv3.ProcessingResponse {
-	if r != nil || st.ticket == "" {
+	if r != nil || st.mark.ticket == "" {
 		return requestBodyReply(r)
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: st.ticketMutation()}}}
 }
 
-// ticketMutation sets the ticket (overwriting any client copy) and clears
-// the route cache; the stream then only lets the replay through.
+// ticketMutation sets the ticket and the scope proof (overwriting any
+// client copy) and clears the route cache; the stream then only lets the
+// replay through.
 func (st *procStream) ticketMutation() *extprocv3.CommonResponse {
-	t := st.ticket
-	st.ticket, st.replaying = "", true
-	return &extprocv3.CommonResponse{
-		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-			Header:       &corev3.HeaderValue{Key: HeaderReplayTicket, RawValue: []byte(t)},
+	m := st.mark
+	st.mark, st.replaying = replayMark{}, true
+	var set []*corev3.HeaderValueOption
+	for _, h := range m.headers() {
+		set = append(set, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: h[0], RawValue: []byte(h[1])},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-		}}},
-		ClearRouteCache: true,
+		})
 	}
+	return &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}, ClearRouteCache: true}
 }
 
 // skipResponseBody lets a replay's response through without sending its

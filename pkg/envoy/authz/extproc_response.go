@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -192,8 +193,13 @@ func (st *procStream) writeNotKept(status int, ev idempotency.Event) {
 }
 
 // stopRenew stops the renewer and reports whether it found the lease lost
-// (then nothing more may be written under it).
+// (then nothing more may be written under it). Every settlement passes
+// here once: the time the lease was held is the route's latency sample.
 func (st *procStream) stopRenew() bool {
+	if !st.heldAt.IsZero() {
+		st.s.gate.latency.Observe(st.route, st.s.gate.latency.since(st.heldAt))
+		st.heldAt = time.Time{}
+	}
 	if st.renew == nil {
 		return false
 	}

@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -33,11 +34,12 @@ type procStream struct {
 	lease   *idempotency.Lease  // held by this request (either wiring)
 	id      *policy.Idempotency // settings of the lease's route; nil if it vanished
 	renew   *renewer
-	capture *capture // buffering a response to store
-	settled bool     // the lease was completed, released or left to expire
+	heldAt  time.Time // when the lease was taken or handed over (RouteLatency's clock)
+	capture *capture  // buffering a response to store
+	settled bool      // the lease was completed, released or left to expire
 
-	ticket    string // a replay ticket to put on the request (replay.go)
-	replaying bool   // the response is a replay from extauthz: never stored
+	mark      replayMark // a replay ticket and scope proof to put on the request (extproc_replay.go)
+	replaying bool       // the response is a replay from extauthz: never stored
 }
 
 // pendingBegin is a wiring (a) request whose body is still arriving.
@@ -183,9 +185,9 @@ func (st *procStream) requestTrailers() *extprocv3.ProcessingResponse {
 	if p := st.pending; p != nil {
 		st.pending = nil
 		r := st.begin(p)
-		if r == nil && st.ticket != "" {
+		if r == nil && st.mark.ticket != "" {
 			// A trailers reply cannot re-route the request.
-			st.ticket = ""
+			st.mark = replayMark{}
 			r = problemReplayUnavailableDetail("The request already ran; its stored reply cannot be replayed to a request with trailers. Resend it without trailers and the same Idempotency-Key: it will not run again.")
 		}
 		if r != nil {
@@ -235,10 +237,10 @@ func (st *procStream) apply(res gateResult, id *policy.Idempotency) *reply {
 				st.event(idempotency.EventUnavailable)
 				return bad
 			}
-			st.ticket = t
+			st.mark = t
 		}
 		st.event(idempotency.EventReplayed)
-		if st.ticket != "" {
+		if st.mark.ticket != "" {
 			return nil
 		}
 		return replayReply(id, res.stored)
@@ -265,6 +267,7 @@ func (st *procStream) routeNamed(name string) *policy.Route {
 // hold makes the stream the lease's keeper: it renews it until settled.
 func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
 	st.lease, st.id = &l, id
+	st.heldAt = st.s.gate.latency.now()
 	st.renew = st.s.startRenew(st.ctx, l, st.site())
 }
 

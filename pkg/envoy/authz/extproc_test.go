@@ -146,8 +146,8 @@ func TestExtProcAloneConflictAndMismatch(t *testing.T) {
 	e.clock.Advance(10 * time.Second)
 	_, ir = e.postA(t, "/orders/1", "acme", "k", []byte(`{"a":1}`), "x-plan", "gold")
 	wantProblemIR(t, ir, 409, ProblemInProgress)
-	if got := irHeader(ir, "retry-after"); len(got) != 1 || got[0] != "20" {
-		t.Errorf("Retry-After %v, want [20] (the lease's remaining 20s)", got)
+	if got := irHeader(ir, "retry-after"); len(got) != 1 || got[0] != "2" {
+		t.Errorf("Retry-After %v, want [2] (no request of the route finished yet: the default)", got)
 	}
 	for _, other := range []struct {
 		body []byte

@@ -61,7 +61,21 @@ type Problem struct {
 	// OriginalStatus is the status the first request got, when known
 	// (idempotency-response-not-replayable only).
 	OriginalStatus int `json:"original-status,omitempty"`
+	// RetryAfterBasis says how Retry-After was chosen
+	// (idempotency-key-in-progress only): RetryAfterRouteLatency or
+	// RetryAfterDefault.
+	RetryAfterBasis string `json:"retry-after-basis,omitempty"`
 }
+
+// Values of Problem.RetryAfterBasis.
+const (
+	// RetryAfterRouteLatency: the route's recent latency on this replica,
+	// less the time the outstanding request has run.
+	RetryAfterRouteLatency = "route-latency"
+	// RetryAfterDefault: no request of the route has finished on this
+	// replica yet; DefaultInProgressWait.
+	RetryAfterDefault = "default"
+)
 
 // JSON encodes p; a Problem of strings and ints always encodes.
 func (p Problem) JSON() []byte {
@@ -100,9 +114,20 @@ func problemKeyMalformed(err error) *reply {
 		Detail: err.Error() + `; send 1 to 255 printable ASCII characters, bare or as a quoted string ("...").`})
 }
 
-func problemInProgress(wait time.Duration) *reply {
-	return problemReply(Problem{Type: ProblemInProgress, Title: "A request is outstanding for this Idempotency-Key", Status: 409,
-		Detail: "Retry the same request after the Retry-After delay."}, retryAfter(wait))
+// problemInProgress: 409 with Retry-After wait, an estimate from the
+// route's recent latency when fromLatency, else the short default.
+func problemInProgress(wait time.Duration, fromLatency bool) *reply {
+	p := Problem{Type: ProblemInProgress, Title: "A request is outstanding for this Idempotency-Key", Status: 409,
+		Detail: "Retry the same request after the Retry-After delay. It is an estimate of when the outstanding request will be done, " +
+			"from how long this route's recent requests took (90th percentile) less the time this one has run; " +
+			"a retry still too early gets another 409.",
+		RetryAfterBasis: RetryAfterRouteLatency}
+	if !fromLatency {
+		p.Detail = "Retry the same request after the Retry-After delay. No recent request of this route has finished here yet, " +
+			"so it is a short default, not an estimate; a retry still too early gets another 409."
+		p.RetryAfterBasis = RetryAfterDefault
+	}
+	return problemReply(p, retryAfter(wait))
 }
 
 func problemKeyReused() *reply {

@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"io"
 	"net/http"
@@ -41,15 +42,29 @@ func NewReplayHandler(r *Replayer, blobs blob.Store, events *IdempotencyMetrics)
 // apiReplay labels the endpoint's idempotency events.
 const apiReplay = "replay"
 
+// Events of the replay endpoint only (api "replay"), beside replayed and
+// store_error.
+const (
+	// EventReplayForbidden: 403, no valid ticket for the request's key
+	// (missing, forged, expired or another key's).
+	EventReplayForbidden idempotency.Event = "forbidden"
+	// EventReplayIdentity: 403, a valid ticket for the key without the
+	// proof of the scope it was issued to: presented for another caller,
+	// or leaked. Never expected from the shipped configs: worth an alert.
+	EventReplayIdentity idempotency.Event = "identity_mismatch"
+)
+
 // ServeHTTP answers one replay. A missing, forged, expired or foreign
-// ticket is 403 (the endpoint never says which); a body that is gone is 503
+// ticket, or one presented for another caller, is 403 (the endpoint never
+// says which, but counts it); a body that is gone is 503
 // idempotency-replay-unavailable (the request already ran: it must not run
 // again). A body that turns out corrupt after the status was sent aborts
 // the connection, so the client sees a truncated reply (shorter than its
 // Content-Length), never wrong bytes presented as complete.
 func (h *ReplayHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	t, ok := h.ticket(req)
-	if !ok {
+	t, refused := h.ticket(req)
+	if refused != "" {
+		h.events.Count(apiReplay, t.Route, refused)
 		writeReply(w, problemReply(Problem{Type: ProblemReplayForbidden,
 			Title: "Not a valid replay", Status: http.StatusForbidden}))
 		return
@@ -74,26 +89,34 @@ func (h *ReplayHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.events.Count(apiReplay, t.Route, idempotency.EventReplayed)
 }
 
-// ticket verifies the request's ticket and that it names the request's own
-// Idempotency-Key (defence in depth: the ticket is already unforgeable).
-func (h *ReplayHandler) ticket(req *http.Request) (ticket, bool) {
+// ticket verifies the request's ticket, that it names the request's own
+// Idempotency-Key and that the request carries the proof of the scope the
+// ticket was issued to (the identity the decision that routed the request
+// here computed; defence in depth: the ticket is already unforgeable). It
+// returns the event to count when it refuses the request, "" when not; the
+// ticket's route is set once its signature holds.
+func (h *ReplayHandler) ticket(req *http.Request) (ticket, idempotency.Event) {
 	vs := req.Header.Values(HeaderReplayTicket)
 	if len(vs) != 1 {
-		return ticket{}, false
+		return ticket{}, EventReplayForbidden
 	}
 	t, err := h.replay.verify(vs[0])
 	if err != nil {
-		return ticket{}, false
+		return ticket{}, EventReplayForbidden
 	}
 	keys := req.Header.Values(HeaderIdempotencyKey)
 	if len(keys) != 1 {
-		return ticket{}, false
+		return t, EventReplayForbidden
 	}
 	k, err := idempotency.ParseKey(keys[0])
 	if err != nil || k != t.Key || t.Status < 200 || t.Status > 999 {
-		return ticket{}, false
+		return t, EventReplayForbidden
 	}
-	return t, true
+	proofs := req.Header.Values(HeaderReplayScope)
+	if len(proofs) != 1 || !hmac.Equal([]byte(proofs[0]), []byte(h.replay.scopeProof(t.Scope))) {
+		return t, EventReplayIdentity
+	}
+	return t, ""
 }
 
 // writeReply sends a problem reply over plain HTTP.

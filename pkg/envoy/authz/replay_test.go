@@ -15,6 +15,7 @@ import (
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/extauthz/extauthz/internal/testclock"
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -59,15 +60,21 @@ func startReplay(t *testing.T, withReplay bool) *replayEnv {
 // the blob store, as the streamed capture does for a large reply.
 func (e *replayEnv) storeLarge(t *testing.T, path, key string, reqBody, body []byte) blob.Ref {
 	t.Helper()
+	return e.storeLargeFor(t, "acme", path, key, reqBody, body)
+}
+
+// storeLargeFor is storeLarge in another tenant's scope.
+func (e *replayEnv) storeLargeFor(t *testing.T, scope, path, key string, reqBody, body []byte) blob.Ref {
+	t.Helper()
 	ctx := context.Background()
-	w, _ := e.blobs.Create(ctx, "obj-"+key, time.Hour)
+	w, _ := e.blobs.Create(ctx, "obj-"+scope+"-"+key, time.Hour)
 	_, _ = w.Write(body)
 	ref, err := w.Commit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fp := idempotency.NewFingerprint("POST", path, reqBody, nil)
-	o, err := e.store.Begin(ctx, "acme", key, fp, idempotency.TTLs{Lease: 30 * time.Second, Record: time.Hour})
+	o, err := e.store.Begin(ctx, scope, key, fp, idempotency.TTLs{Lease: 30 * time.Second, Record: time.Hour})
 	if err != nil || o.Kind != idempotency.Acquired {
 		t.Fatalf("Begin = %v, %v", o.Kind, err)
 	}
@@ -79,12 +86,35 @@ func (e *replayEnv) storeLarge(t *testing.T, path, key string, reqBody, body []b
 	return ref
 }
 
-// fetch sends the request Envoy routes to the replay endpoint.
-func (e *replayEnv) fetch(t *testing.T, ticket, key string) (*http.Response, []byte, error) {
+// markOf returns the replay mark of an ext_authz answer, failing unless it
+// admits the request with exactly the ticket and the scope proof.
+func markOf(t *testing.T, resp *authv3.CheckResponse) replayMark {
+	t.Helper()
+	hs := resp.GetOkResponse().GetHeaders()
+	if len(hs) != 2 || hs[0].GetHeader().GetKey() != HeaderReplayTicket || hs[1].GetHeader().GetKey() != HeaderReplayScope {
+		t.Fatalf("Check = %v, want OK with %s and %s", resp, HeaderReplayTicket, HeaderReplayScope)
+	}
+	return replayMark{ticket: hs[0].GetHeader().GetValue(), scope: hs[1].GetHeader().GetValue()}
+}
+
+// fetch sends the request Envoy routes to the replay endpoint, with the
+// mark's headers that are set.
+func (e *replayEnv) fetch(t *testing.T, m replayMark, key string) (*http.Response, []byte, error) {
+	t.Helper()
+	return e.fetchWith(t, m, key)
+}
+
+// fetchWith is fetch with extra header fields (name, value pairs) added.
+func (e *replayEnv) fetchWith(t *testing.T, m replayMark, key string, extra ...string) (*http.Response, []byte, error) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", e.url+"/orders/1", strings.NewReader("{}"))
-	if ticket != "" {
-		req.Header.Set(HeaderReplayTicket, ticket)
+	for _, h := range m.headers() {
+		if h[1] != "" {
+			req.Header.Set(h[0], h[1])
+		}
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Add(extra[i], extra[i+1])
 	}
 	req.Header.Set("Idempotency-Key", key)
 	resp, err := http.DefaultClient.Do(req)
@@ -107,16 +137,12 @@ func TestAuthzReplayFromObjectStorage(t *testing.T) {
 	e.storeLarge(t, "/orders/1", "k1", []byte("{}"), body)
 
 	resp := e.post(t, "/orders/1", "acme", "k1", []byte("{}"))
-	ok := resp.GetOkResponse()
-	if ok == nil || len(ok.GetHeaders()) != 1 || ok.GetHeaders()[0].GetHeader().GetKey() != HeaderReplayTicket {
-		t.Fatalf("Check = %v, want OK with one %s header", resp, HeaderReplayTicket)
-	}
+	mark := markOf(t, resp)
 	if md := resp.GetDynamicMetadata(); md != nil {
 		t.Fatalf("replay admitted with metadata %v, want none (no lease, nothing to store)", md)
 	}
-	ticket := ok.GetHeaders()[0].GetHeader().GetValue()
 
-	r, got, err := e.fetch(t, ticket, "k1")
+	r, got, err := e.fetch(t, mark, "k1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +169,8 @@ func TestAuthzReplayFromObjectStorage(t *testing.T) {
 func TestReplayTicketIsUnforgeable(t *testing.T) {
 	e := startReplay(t, true)
 	e.storeLarge(t, "/orders/1", "k1", []byte("{}"), []byte("secret reply"))
-	good := e.post(t, "/orders/1", "acme", "k1", []byte("{}")).GetOkResponse().GetHeaders()[0].GetHeader().GetValue()
+	mark := markOf(t, e.post(t, "/orders/1", "acme", "k1", []byte("{}")))
+	good := mark.ticket
 
 	other, _ := NewReplayer([]byte(strings.Repeat("o", MinReplaySecret)), nil)
 	var ref blob.Ref
@@ -167,13 +194,16 @@ func TestReplayTicketIsUnforgeable(t *testing.T) {
 		"signature moved": {payload + "." + encodeB64([]byte("x")), "k1"},
 	}
 	for name, c := range cases {
-		r, b, err := e.fetch(t, c.ticket, c.key)
+		r, b, err := e.fetch(t, replayMark{ticket: c.ticket, scope: mark.scope}, c.key)
 		if err != nil || r.StatusCode != 403 || strings.Contains(string(b), "secret reply") {
 			t.Errorf("%s: %v %v %q, want 403 without the body", name, r.StatusCode, err, b)
 		}
 	}
+	if n := e.event(apiReplay, EventReplayForbidden); n != float64(len(cases)) {
+		t.Errorf("forbidden events = %v, want %d", n, len(cases))
+	}
 	e.tclock.Advance(DefaultTicketTTL + 2*time.Second)
-	if r, _, _ := e.fetch(t, good, "k1"); r.StatusCode != 403 {
+	if r, _, _ := e.fetch(t, mark, "k1"); r.StatusCode != 403 {
 		t.Errorf("expired ticket: %d, want 403", r.StatusCode)
 	}
 }
@@ -183,11 +213,12 @@ func TestReplayTicketIsUnforgeable(t *testing.T) {
 func TestReplayMissingOrCorruptBody(t *testing.T) {
 	e := startReplay(t, true)
 	ref := e.storeLarge(t, "/orders/1", "k1", []byte("{}"), []byte("the stored reply"))
-	good := e.post(t, "/orders/1", "acme", "k1", []byte("{}")).GetOkResponse().GetHeaders()[0].GetHeader().GetValue()
+	good := markOf(t, e.post(t, "/orders/1", "acme", "k1", []byte("{}")))
 
 	bad := ref
 	bad.SHA256 = sha([]byte("other"))
-	corrupt := e.replayer.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &bad}, nil)
+	corrupt := good
+	corrupt.ticket = e.replayer.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &bad}, nil)
 	// A store that detects it on Open gives 503; one that detects it at
 	// EOF (S3: after the status went out) cuts the connection. Never a
 	// complete 201.
@@ -225,16 +256,16 @@ func TestExtProcReplayFromObjectStorage(t *testing.T) {
 	r = s.send(reqBody([]byte("{}")))
 	cr := r.GetRequestBody().GetResponse()
 	set := cr.GetHeaderMutation().GetSetHeaders()
-	if cr == nil || !cr.GetClearRouteCache() || len(set) != 1 || set[0].GetHeader().GetKey() != HeaderReplayTicket {
-		t.Fatalf("request body answered %v, want the ticket set and the route cache cleared", r)
+	if cr == nil || !cr.GetClearRouteCache() || len(set) != 2 || set[0].GetHeader().GetKey() != HeaderReplayTicket || set[1].GetHeader().GetKey() != HeaderReplayScope {
+		t.Fatalf("request body answered %v, want the ticket and scope proof set and the route cache cleared", r)
 	}
-	ticket := string(set[0].GetHeader().GetRawValue())
+	mark := replayMark{ticket: string(set[0].GetHeader().GetRawValue()), scope: string(set[1].GetHeader().GetRawValue())}
 	rh := s.send(respHeaders(respAttrs(viaUpstream, 0), false, ":status", "201"))
 	if m := rh.GetModeOverride(); m == nil || m.GetResponseBodyMode().String() != "NONE" {
 		t.Fatalf("response headers answered %v, want a mode override to response body NONE", rh)
 	}
 	s.close()
-	resp, got, err := e.fetch(t, ticket, "k1")
+	resp, got, err := e.fetch(t, mark, "k1")
 	if err != nil || resp.StatusCode != 201 || string(got) != string(body) {
 		t.Fatalf("replay = %v %v %q", resp.StatusCode, err, got)
 	}

@@ -21,6 +21,20 @@ import (
 // endpoint, and strip any copy a client sent before routing.
 const HeaderReplayTicket = "x-extauthz-replay"
 
+// HeaderReplayScope goes with the ticket: set by the same ext_authz /
+// ext_proc decision, it proves which caller that decision identified (an
+// HMAC of the request's scope under the replay secret; the scope itself
+// never travels in clear here). The replay endpoint serves a ticket only
+// with the proof of the ticket's own scope, so a ticket that leaks is
+// worthless without the identity it was issued to, and a ticket presented
+// with another caller's proof is refused. The shipped Envoy configs strip
+// client copies of both headers before routing.
+const HeaderReplayScope = "x-extauthz-replay-scope"
+
+// scopeProofContext separates the scope proof's HMAC input from a ticket's
+// (a JSON object, which starts with '{').
+const scopeProofContext = "extauthz replay scope\x00"
+
 // Ticket lifetime and key size.
 const (
 	// DefaultTicketTTL is how long a ticket is accepted: the replay request
@@ -88,6 +102,24 @@ func (r *Replayer) issue(route, scope, key string, resp idempotency.Response, hs
 	payload, _ := json.Marshal(t) // strings, ints: always encodes
 	enc := base64.RawURLEncoding
 	return enc.EncodeToString(payload) + "." + enc.EncodeToString(r.mac(payload))
+}
+
+// scopeProof is HeaderReplayScope's value for scope: base64url of
+// HMAC-SHA256(secret, scopeProofContext + scope).
+func (r *Replayer) scopeProof(scope string) string {
+	m := hmac.New(sha256.New, r.secret)
+	m.Write([]byte(scopeProofContext))
+	m.Write([]byte(scope))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// replayMark is what a decision puts on a request it sends to the replay
+// endpoint: the ticket and the proof of the caller's scope.
+type replayMark struct{ ticket, scope string }
+
+// headers are the mark's request headers, name and value.
+func (m replayMark) headers() [2][2]string {
+	return [2][2]string{{HeaderReplayTicket, m.ticket}, {HeaderReplayScope, m.scope}}
 }
 
 func (r *Replayer) mac(payload []byte) []byte {
