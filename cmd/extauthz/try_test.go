@@ -39,7 +39,7 @@ func runTry(t *testing.T, wantCode int, args ...string) tryAnswer {
 // TestTrySendsTheREADMEDecision runs `extauthz try` against the served
 // example policy: with no descriptor it asks the README's example (orders of
 // tenant acme: 20/s with a burst of 40) and prints the answer; the same
-// tenant's budget then runs out.
+// tenant's budget then runs out while another tenant's does not.
 func TestTrySendsTheREADMEDecision(t *testing.T) {
 	p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t))
 	a := runTry(t, 0, "-addr", p.grpcAddr)
@@ -47,13 +47,15 @@ func TestTrySendsTheREADMEDecision(t *testing.T) {
 		a.Statuses[0].LimitRemaining != 39 {
 		t.Fatalf("first try: %+v; want OK with orders-rate remaining 39", a)
 	}
+	// The bucket refills 20/s while the processes start, so the checks
+	// leave room for it: 39 more fit, then 30 more cannot (1.5 s of refill).
 	a = runTry(t, 0, "rls", "-addr", p.grpcAddr, "-hits", "39", "tenant=acme,route=orders")
-	if a.OverallCode != "OK" || a.Statuses[0].LimitRemaining != 0 {
-		t.Fatalf("39 more hits: %+v; want OK with 0 remaining", a)
+	if a.OverallCode != "OK" || a.Statuses[0].LimitRemaining > 10 {
+		t.Fatalf("39 more hits: %+v; want OK with (nearly) nothing left", a)
 	}
-	a = runTry(t, 0, "-addr", p.grpcAddr)
+	a = runTry(t, 0, "-addr", p.grpcAddr, "-hits", "30")
 	if a.OverallCode != "OVER_LIMIT" || a.Statuses[0].Code != "OVER_LIMIT" {
-		t.Fatalf("after the burst: %+v; want OVER_LIMIT", a)
+		t.Fatalf("30 more: %+v; want OVER_LIMIT", a)
 	}
 	a = runTry(t, 0, "-addr", p.grpcAddr, "-domain", "edge", "tenant=globex,route=orders")
 	if a.OverallCode != "OK" {
