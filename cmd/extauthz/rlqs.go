@@ -60,6 +60,7 @@ func newRLQS(cfg Config, store ratelimit.Store, current func() *policy.Policy, r
 	log.Info("rlqs demand store", "kind", kind, "failure_mode", cfg.FailureMode)
 	return rlqs.New(rlqs.Options{
 		Policy: current, Allocator: alloc, Registerer: reg, Logger: log,
+		Limits: store, TenantKey: cfg.RLSTenantKey,
 		FailClosed: cfg.FailureMode == "closed",
 	})
 }

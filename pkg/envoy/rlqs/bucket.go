@@ -31,10 +31,11 @@ type bucket struct {
 	// From the policy snapshot pol (re-matched when the snapshot changes).
 	pol      *policy.Policy
 	kind     kind
-	outcome  string  // the extauthz_rlqs_buckets_total outcome
-	series   string  // the bucket label of the per-bucket metrics
-	storeKey string  // kindShared: the demand store's bucket key
-	budget   float64 // kindShared: requests per second
+	outcome  string            // the extauthz_rlqs_buckets_total outcome
+	series   string            // the bucket label of the per-bucket metrics
+	storeKey string            // kindShared: the demand store's bucket key
+	budget   float64           // kindShared: requests per second
+	limits   []ratelimit.Limit // kindShared: the rule's limits, charged with the reported usage
 
 	meter    quota.Meter
 	demand   float64
@@ -53,7 +54,7 @@ type bucket struct {
 func (st *stream) resolve(b *bucket) {
 	p := st.s.opts.Policy()
 	b.pol = p
-	b.storeKey, b.budget = "", 0
+	b.storeKey, b.budget, b.limits = "", 0, nil
 	d := p.Domain(st.domain)
 	if d == nil {
 		b.kind, b.outcome, b.series = kindAllow, outcomeUnknownDomain, seriesUnknownDomain
@@ -61,7 +62,8 @@ func (st *stream) resolve(b *bucket) {
 			"domain", labelValue(st.domain))
 		return
 	}
-	m, ok := d.MatchBucket(b.id)
+	id, tenant := splitTenant(b.id, st.s.opts.TenantKey, d)
+	m, ok := d.MatchBucket(id)
 	if !ok {
 		b.kind, b.outcome, b.series = kindAllow, outcomeNoMatch, seriesNoMatch
 		return
@@ -76,8 +78,10 @@ func (st *stream) resolve(b *bucket) {
 		b.kind, b.outcome = kindAllow, outcomeShadow
 	default:
 		b.kind, b.outcome = kindShared, outcomeLimited
-		b.storeKey = ratelimit.Key("", d.Name, m.KeyEntries)
-		b.budget = budgetOf(r.Limits)
+		// The key RLS counts the same descriptor under: the demand store
+		// and the shared counter use it, each under its own prefix.
+		b.storeKey = ratelimit.Key(tenant, d.Name, m.KeyEntries)
+		b.budget, b.limits = budgetOf(r.Limits), r.Limits
 	}
 }
 

@@ -40,6 +40,7 @@ type metrics struct {
 	responses   prometheus.Counter
 	assignments *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
+	charges     *prometheus.CounterVec
 	requests    *prometheus.CounterVec
 	demand      *prometheus.GaugeVec
 	assignedVec *prometheus.GaugeVec
@@ -62,6 +63,8 @@ func newMetrics(reg prometheus.Registerer, maxSeries int) (*metrics, error) {
 			Help: "Bucket assignments sent, by strategy."}, []string{"strategy"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "extauthz_rlqs_store_errors_total",
 			Help: "RLQS demand store calls that failed, by the failure mode applied."}, []string{"mode"}),
+		charges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "extauthz_rlqs_charges_total",
+			Help: "Bucket usage reports charged to the rate-limit store's counter, by result."}, []string{"result"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "extauthz_rlqs_requests_total",
 			Help: "Requests Envoys reported, by rule and result (allowed, denied)."}, []string{"rule", "result"}),
 		demand: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "extauthz_rlqs_demand",
@@ -78,11 +81,14 @@ func newMetrics(reg prometheus.Registerer, maxSeries int) (*metrics, error) {
 		m.assignments.WithLabelValues(s)
 	}
 	m.rejected.WithLabelValues(reasonNoDomain)
+	for _, r := range []string{chargeCharged, chargeSaturated, chargeFailed} {
+		m.charges.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.streams, m.rejected, m.buckets, m.reports, m.responses,
-		m.assignments, m.storeErrors, m.requests, m.demand, m.assignedVec} {
+		m.assignments, m.storeErrors, m.charges, m.requests, m.demand, m.assignedVec} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

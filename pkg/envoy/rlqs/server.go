@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
 )
 
@@ -55,7 +56,18 @@ type Options struct {
 	MaxBucketSeries int
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Limits, when set, is the rate-limit store RLS and ext_authz decide on:
+	// the requests Envoys report admitting are charged to the matched
+	// rule's counter there, so that one limit is one budget across the
+	// three APIs. Nil charges nothing.
+	Limits ratelimit.Store
+	// TenantKey is EXTAUTHZ_RLS_TENANT_KEY: a bucket entry of this key is
+	// the tenant, taken out before matching exactly as RLS takes it out of
+	// a descriptor (so both count on one key). Empty disables.
+	TenantKey string
 }
+
+var errShortReply = errors.New("rlqs: rate-limit store returned no decision")
 
 func (o *Options) defaults() error {
 	switch {

@@ -90,6 +90,7 @@ func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 		}
 		st.s.metrics.usage(b.series, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 		b.demand = b.meter.Observe(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
+		st.charge(b, u.GetNumRequestsAllowed())
 		b.reported = true
 		if a := st.assign(b, now); a != nil {
 			out = append(out, a)
