@@ -19,11 +19,11 @@ import (
 // Envoy: they are ended when ctx ends (the shutdown signal), so that they
 // move to other replicas during the drain delay instead of holding up the
 // graceful stop.
-func withRLQS(ctx context.Context, services []grpcService, err error, cfg Config, store ratelimit.Store, current func() *policy.Policy, reg prometheus.Registerer, log *slog.Logger) ([]grpcService, error) {
+func withRLQS(ctx context.Context, services []grpcService, err error, cfg Config, store ratelimit.Store, tr tracer, current func() *policy.Policy, reg prometheus.Registerer, log *slog.Logger) ([]grpcService, error) {
 	if err != nil {
 		return nil, err
 	}
-	quotas, err := newRLQS(cfg, store, current, reg, log)
+	quotas, err := newRLQS(cfg, store, tr, current, reg, log)
 	if err != nil {
 		return nil, fmt.Errorf("rlqs: %w", err)
 	}
@@ -37,7 +37,7 @@ func withRLQS(ctx context.Context, services []grpcService, err error, cfg Config
 // on; without, they are per process, and each replica divides every budget
 // among its own streams only. EXTAUTHZ_FAILURE_MODE decides what buckets get
 // while Redis fails: open re-sends the last assignment, closed DENY_ALL.
-func newRLQS(cfg Config, store ratelimit.Store, current func() *policy.Policy, reg prometheus.Registerer, log *slog.Logger) (*rlqs.Server, error) {
+func newRLQS(cfg Config, store ratelimit.Store, tr tracer, current func() *policy.Policy, reg prometheus.Registerer, log *slog.Logger) (*rlqs.Server, error) {
 	var demands quota.DemandStore
 	kind := "memory"
 	if rb, ok := store.(*redisBacked); ok {
@@ -58,9 +58,14 @@ func newRLQS(cfg Config, store ratelimit.Store, current func() *policy.Policy, r
 		return nil, err
 	}
 	log.Info("rlqs demand store", "kind", kind, "failure_mode", cfg.FailureMode)
-	return rlqs.New(rlqs.Options{
+	o := rlqs.Options{
 		Policy: current, Allocator: alloc, Registerer: reg, Logger: log,
-		Limits: store, TenantKey: cfg.RLSTenantKey,
+		// Charged usage goes through the same (traced) store RLS uses.
+		Limits: tr.rateLimit(cfg, store), TenantKey: cfg.RLSTenantKey,
 		FailClosed: cfg.FailureMode == "closed",
-	})
+	}
+	if tr.on() {
+		o.TracerProvider = tr.provider
+	}
+	return rlqs.New(o)
 }

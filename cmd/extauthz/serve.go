@@ -104,7 +104,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer tr.shutdown() // after run: the last calls' spans are queued by then
 	services, err := newServices(cfg, tr.rateLimit(cfg, store), src, metrics, tr.idempotency(cfg, idem), log, rp.options...)
-	services, err = withRLQS(ctx, services, err, cfg, store, src.Current, reg, log) // rlqs.go
+	services, err = withRLQS(ctx, services, err, cfg, store, tr, src.Current, reg, log) // rlqs.go
 	if err != nil {
 		return err
 	}

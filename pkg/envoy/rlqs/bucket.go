@@ -98,7 +98,7 @@ func budgetOf(limits []ratelimit.Limit) float64 {
 // assign returns the action to send for b now, or nil when the last one
 // still holds: the policy's answer for blanket buckets, else the client's
 // share, sent when it changed materially or is due for a refresh.
-func (st *stream) assign(b *bucket, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *stream) assign(ctx context.Context, b *bucket, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	if st.s.opts.Policy() != b.pol {
 		st.rematch(b)
 	}
@@ -109,7 +109,7 @@ func (st *stream) assign(b *bucket, now time.Time) *rlqspb.RateLimitQuotaRespons
 		}
 		return st.blanket(b, b.kind, now)
 	}
-	share, ok, err := st.share(b, now)
+	share, ok, err := st.share(ctx, b, now)
 	if err != nil {
 		return st.failed(b, now, due, err)
 	}
@@ -135,11 +135,11 @@ func (st *stream) rematch(b *bucket) {
 
 // share records b's pending demand and reads the client's share of the
 // allocation; ok is false when the allocation has no entry for the client.
-func (st *stream) share(b *bucket, now time.Time) (quota.TokenBucket, bool, error) {
+func (st *stream) share(ctx context.Context, b *bucket, now time.Time) (quota.TokenBucket, bool, error) {
 	shares, ok := st.s.allocs.get(b.storeKey, b.budget, now)
 	if b.reported || !ok {
 		var err error
-		if shares, err = st.allocate(b, now); err != nil {
+		if shares, err = st.allocate(ctx, b, now); err != nil {
 			return quota.TokenBucket{}, false, err
 		}
 	}
@@ -149,9 +149,9 @@ func (st *stream) share(b *bucket, now time.Time) (quota.TokenBucket, bool, erro
 
 // allocate writes b's pending demand and reads the bucket's allocation from
 // the store, caching it for the replica's other streams.
-func (st *stream) allocate(b *bucket, now time.Time) (map[string]quota.Share, error) {
+func (st *stream) allocate(ctx context.Context, b *bucket, now time.Time) (map[string]quota.Share, error) {
 	alloc := st.s.opts.Allocator
-	ctx, cancel := context.WithTimeout(st.ctx, st.s.opts.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, st.s.opts.StoreTimeout)
 	defer cancel()
 	if b.reported {
 		if err := alloc.Report(ctx, b.storeKey, st.clientID, b.demand, now); err != nil {

@@ -36,12 +36,12 @@ func splitTenant(id map[string]string, tenantKey string, d *policy.Domain) (map[
 // budget). A report larger than what the counter has left fills it rather
 // than being refused whole. Best effort: a failure is counted, and the
 // assignments do not depend on it.
-func (st *stream) charge(b *bucket, allowed uint64) {
+func (st *stream) charge(ctx context.Context, b *bucket, allowed uint64) {
 	limits := st.s.opts.Limits
 	if limits == nil || b.kind != kindShared || allowed == 0 || len(b.limits) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(st.ctx, st.s.opts.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, st.s.opts.StoreTimeout)
 	defer cancel()
 	req := ratelimit.Request{Key: b.storeKey, Limits: b.limits, Hits: int64(min(allowed, math.MaxInt32))}
 	result := chargeCharged

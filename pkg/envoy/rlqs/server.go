@@ -11,6 +11,7 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -65,6 +66,10 @@ type Options struct {
 	// the tenant, taken out before matching exactly as RLS takes it out of
 	// a descriptor (so both count on one key). Empty disables.
 	TenantKey string
+	// TracerProvider, when set, gets one span per usage report, with the
+	// store calls it makes as children when the stores are traced
+	// (pkg/storetrace). Nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 var errShortReply = errors.New("rlqs: rate-limit store returned no decision")
@@ -107,6 +112,7 @@ type Server struct {
 	metrics *metrics
 	allocs  *allocCache
 	ttl     time.Duration
+	tracer  trace.Tracer
 	domLog  sampledLog
 	errLog  sampledLog
 
@@ -125,7 +131,8 @@ func New(o Options) (*Server, error) {
 	}
 	// Envoy reads assignment_time_to_live in whole seconds.
 	ttl := (2*o.ReportInterval + time.Second).Truncate(time.Second)
-	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick), draining: make(chan struct{})}
+	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick), draining: make(chan struct{}),
+		tracer: tracerOf(o.TracerProvider)}
 	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
 	s.domLog.log, s.errLog.log = o.Logger, o.Logger
 	return s, nil

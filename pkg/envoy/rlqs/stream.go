@@ -82,7 +82,9 @@ func (st *stream) run(first *rlqspb.RateLimitQuotaUsageReports) error {
 func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.s.metrics.reports.Inc()
+	ctx, span := st.s.startReport(st.ctx, st.domain, len(m.GetBucketQuotaUsages()))
 	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
+	defer func() { endReport(span, len(out)) }()
 	for _, u := range m.GetBucketQuotaUsages() {
 		b := st.bucket(u.GetBucketId().GetBucket())
 		if b == nil {
@@ -90,9 +92,9 @@ func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 		}
 		st.s.metrics.usage(b.series, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
 		b.demand = b.meter.Observe(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
-		st.charge(b, u.GetNumRequestsAllowed())
+		st.charge(ctx, b, u.GetNumRequestsAllowed())
 		b.reported = true
-		if a := st.assign(b, now); a != nil {
+		if a := st.assign(ctx, b, now); a != nil {
 			out = append(out, a)
 		}
 	}
@@ -105,7 +107,7 @@ func (st *stream) refresh() error {
 	now := st.s.opts.Now()
 	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
 	for _, key := range slices.Sorted(maps.Keys(st.buckets)) {
-		if a := st.assign(st.buckets[key], now); a != nil {
+		if a := st.assign(st.ctx, st.buckets[key], now); a != nil {
 			out = append(out, a)
 		}
 	}
