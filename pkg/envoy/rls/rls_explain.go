@@ -41,14 +41,7 @@ type Descriptor struct {
 	Results []ratelimit.Result
 }
 
-// Plan matches req's descriptors as ShouldRateLimit does and returns the
-// store requests it would decide, Hits included, without deciding them.
-// Known reports whether the policy has req's domain.
-func (s *RLS) Plan(req *rlsv3.RateLimitRequest) (reqs []ratelimit.Request, known bool) {
-	_, reqs, known = s.planAll(req)
-	return reqs, known
-}
-
+// planAll matches req's descriptors as ShouldRateLimit does.
 func (s *RLS) planAll(req *rlsv3.RateLimitRequest) ([]planned, []ratelimit.Request, bool) {
 	dom := s.domain(req.GetDomain())
 	fixed, _ := screen(req)

@@ -53,7 +53,4 @@ descriptors:
 			t.Fatalf("call %d: Explain said %s, the call answered %s", call, ex.Overall, resp.GetOverallCode())
 		}
 	}
-	if reqs, known := e.rls.Plan(req); !known || len(reqs) != 1 || reqs[0].Key != "acme|edge|route=orders" {
-		t.Fatalf("Plan = %+v, %v", reqs, known)
-	}
 }
