@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// adminAddr returns the admin listener's address from p's log.
+func (p *proc) adminAddr(t *testing.T) string {
+	t.Helper()
+	for line := range strings.SplitSeq(p.Logs(), "\n") {
+		var l struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "admin listening" {
+			return l.Addr
+		}
+	}
+	t.Fatalf("no admin listener logged:\n%s", p.Logs())
+	return ""
+}
+
+// adminState is the part of the state answer the tests read.
+type adminState struct {
+	Descriptors []struct {
+		Rule   string
+		Limits []struct {
+			Name, Key string
+			Remaining int64
+		}
+	}
+	Reset []string
+}
+
+// dailyRemaining runs `extauthz admin ARGS` and returns the remaining of
+// the orders-daily limit (a fixed daily window: it does not refill during
+// the test, unlike the per-second one).
+func dailyRemaining(t *testing.T, env []string, args ...string) (int64, adminState) {
+	t.Helper()
+	code, stdout, stderr := runBinary(t, env, append([]string{"admin"}, args...)...)
+	if code != 0 {
+		t.Fatalf("admin %v: exit %d\n%s%s", args, code, stdout, stderr)
+	}
+	var st adminState
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		t.Fatalf("admin %v: %v\n%s", args, err, stdout)
+	}
+	for _, l := range st.Descriptors[0].Limits {
+		if l.Name == "orders-daily" {
+			return l.Remaining, st
+		}
+	}
+	t.Fatalf("admin %v: no orders-daily limit in %s", args, stdout)
+	return 0, st
+}
+
+// TestAdminStateTryResetThroughTheBinary: the admin commands against a
+// served example policy with a token: state, one real decision, state one
+// less, reset, state full again; without the token, 401 and exit 1.
+func TestAdminStateTryResetThroughTheBinary(t *testing.T) {
+	const token = "test-admin-token-0123456789"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t), "EXTAUTHZ_ADMIN_ADDR=127.0.0.1:0", "EXTAUTHZ_ADMIN_TOKEN_FILE="+tokenFile)
+	env := []string{"EXTAUTHZ_ADMIN_ADDR=" + p.adminAddr(t), "EXTAUTHZ_ADMIN_TOKEN=" + token, "EXTAUTHZ_ADMIN_TOKEN_FILE="}
+	desc := "tenant=acme,route=orders"
+	full, st := dailyRemaining(t, env, "state", "-domain", "edge", desc)
+	if full != 50000 || st.Descriptors[0].Rule == "" {
+		t.Fatalf("fresh state: remaining %d, %+v", full, st)
+	}
+	runTry(t, 0, "-addr", p.grpcAddr, desc)
+	if got, _ := dailyRemaining(t, env, "state", desc); got != full-1 {
+		t.Fatalf("after one decision remaining %d, want %d", got, full-1)
+	}
+	got, st := dailyRemaining(t, env, "reset", desc)
+	if got != full || len(st.Reset) != 2 {
+		t.Fatalf("reset: remaining %d, reset keys %v; want %d and both limits' keys", got, st.Reset, full)
+	}
+	if got, _ := dailyRemaining(t, env, "explain", desc); got != full {
+		t.Fatalf("explain after reset: remaining %d, want %d", got, full)
+	}
+	code, _, stderr := runBinary(t, []string{"EXTAUTHZ_ADMIN_ADDR=" + p.adminAddr(t), "EXTAUTHZ_ADMIN_TOKEN=", "EXTAUTHZ_ADMIN_TOKEN_FILE="}, "admin", "state", desc)
+	if code != 1 || !strings.Contains(stderr, `"status": 401`) {
+		t.Fatalf("without the token: exit %d, stderr %s; want 1 and a 401 problem", code, stderr)
+	}
+	if logs := p.Logs(); !strings.Contains(logs, `"msg":"admin call"`) || !strings.Contains(logs, `"endpoint":"ratelimit_reset"`) {
+		t.Errorf("no audit lines in the log:\n%s", logs)
+	}
+}
+
+// TestAdminRefusesAnOpenAddressWithoutAToken: one line naming the
+// variable, exit 2, before anything listens.
+func TestAdminRefusesAnOpenAddressWithoutAToken(t *testing.T) {
+	code, _, stderr := runBinary(t, []string{"EXTAUTHZ_ADMIN_ADDR=0.0.0.0:0", "EXTAUTHZ_ADMIN_TOKEN=", "EXTAUTHZ_ADMIN_TOKEN_FILE=",
+		"EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0"}, "serve")
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], "EXTAUTHZ_ADMIN_ADDR=") || !strings.Contains(lines[0], "EXTAUTHZ_ADMIN_TOKEN") {
+		t.Fatalf("exit %d, stderr %q; want 2 and one line about EXTAUTHZ_ADMIN_ADDR", code, stderr)
+	}
+}
