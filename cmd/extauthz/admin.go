@@ -110,7 +110,7 @@ func newAdminAPI(cfg Config, d adminDeps) (*admin.API, error) {
 	if !ok {
 		return nil, fmt.Errorf("admin: the rate-limit store %T cannot be reset", d.limits)
 	}
-	records, _ := d.idem.store.(idempotency.Inspector) // nil: the record endpoints answer 501
+	records, _ := d.idem.store.(idempotency.Inspector)         // nil: the record endpoints answer 501
 	metrics, err := envoy.NewMetrics(prometheus.NewRegistry()) // explanations count nothing
 	if err != nil {
 		return nil, err
