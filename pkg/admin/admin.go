@@ -160,6 +160,7 @@ func (a *API) route(pattern, endpoint string, h handler) {
 		w.WriteHeader(status)
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		_ = enc.Encode(body) // the client hung up: nothing left to tell it
 		a.calls.WithLabelValues(endpoint, strconv.Itoa(status)).Inc()
 		if a.o.Audit != nil {

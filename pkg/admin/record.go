@@ -64,7 +64,7 @@ func (a *API) recordDelete(r *http.Request) (any, []string, error) {
 	if errors.Is(err, idempotency.ErrInFlight) {
 		st, keys, _ := a.recordAnswer(addr, rec, found, false, nil)
 		return st, keys, &problem{Status: http.StatusConflict, Title: "Record in flight",
-			Detail: "a request holds this key and may still complete; delete with force=true only if it is known to be dead (a retry then runs again)"}
+			Detail: "a request holds this key and may still complete; delete it with force=true (extauthz admin record delete -force) only if that request is known to be dead: a retry then runs again"}
 	}
 	return a.recordAnswer(addr, rec, found, err == nil && found, err)
 }
@@ -108,7 +108,7 @@ func (a *API) recordAnswer(addr recordAddr, rec idempotency.Record, found, delet
 		return nil, nil, err
 	}
 	if !found {
-		return nil, nil, &problem{Status: http.StatusNotFound, Title: "No record",
+		return nil, []string{idempotency.StorageKey(addr.scope, addr.key)}, &problem{Status: http.StatusNotFound, Title: "No record",
 			Detail: "no record for this identity, route and key: the key is free (never used, expired, or deleted)"}
 	}
 	st := RecordState{Identity: addr.identity, Route: addr.route, Key: addr.key, Scope: addr.scope,
