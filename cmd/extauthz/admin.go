@@ -70,6 +70,21 @@ type adminDeps struct {
 	log      *slog.Logger
 }
 
+// startOperatorListeners starts the admin API and the pprof endpoint when
+// configured, and returns what stops both.
+func startOperatorListeners(cfg Config, d adminDeps) (stop func(), err error) {
+	stopAdmin, err := startAdmin(cfg, d)
+	if err != nil || cfg.DebugAddr == "" {
+		return stopAdmin, err
+	}
+	stopDebug, err := startDebug(cfg.DebugAddr, d.log)
+	if err != nil {
+		stopAdmin()
+		return nil, err
+	}
+	return func() { stopDebug(); stopAdmin() }, nil
+}
+
 // startAdmin serves the admin API on cfg.AdminAddr (already validated)
 // until the returned stop is called; it does nothing when the address is
 // empty. A listen failure is returned: an operator who asked for the API

@@ -101,3 +101,50 @@ func TestAdminRefusesAnOpenAddressWithoutAToken(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 2 and one line about EXTAUTHZ_ADMIN_ADDR", code, stderr)
 	}
 }
+
+// TestAdminConfigRules: which address and token combinations start, and
+// that each refusal is one rule naming its variable.
+func TestAdminConfigRules(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, short := filepath.Join(dir, "good"), filepath.Join(dir, "short")
+	if err := os.WriteFile(good, []byte("  0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, []byte("0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok := "0123456789abcdef"
+	for _, c := range []struct {
+		addr, token, file string
+		bad               string // the variable refused, "" when accepted
+	}{
+		{"", "", "", ""},
+		{"127.0.0.1:9003", "", "", ""},
+		{"localhost:9003", "", "", ""},
+		{"0.0.0.0:9003", "", "", "ADMIN_ADDR"},
+		{":9003", "", "", "ADMIN_ADDR"},
+		{"10.0.0.1:9003", "", "", "ADMIN_ADDR"},
+		{"0.0.0.0:9003", tok, "", ""},
+		{":9003", "", good, ""},
+		{"127.0.0.1", tok, "", "ADMIN_ADDR"},
+		{"127.0.0.1:9003", "short", "", "ADMIN_TOKEN"},
+		{"127.0.0.1:9003", tok, good, "ADMIN_TOKEN"},
+		{":9003", "", short, "ADMIN_TOKEN_FILE"},
+		{":9003", "", filepath.Join(dir, "missing"), "ADMIN_TOKEN_FILE"},
+	} {
+		cfg := Config{AdminAddr: c.addr, AdminToken: c.token, AdminTokenFile: c.file}
+		var refused []string
+		for _, r := range cfg.rules() {
+			if strings.HasPrefix(r.name, "ADMIN_") && !r.ok {
+				refused = append(refused, r.name)
+			}
+		}
+		if want := []string{c.bad}; (c.bad == "" && len(refused) != 0) || (c.bad != "" && strings.Join(refused, " ") != want[0]) {
+			t.Errorf("addr %q token %q file %q: refused %v, want %q", c.addr, c.token, c.file, refused, c.bad)
+		}
+	}
+	if got, err := (Config{AdminTokenFile: good}).adminToken(); err != nil || got != tok {
+		t.Errorf("adminToken from a file = %q, %v; want the trimmed token", got, err)
+	}
+}

@@ -115,18 +115,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	s.grpc, s.health = newGRPCServer(services, opts...)
 	s.http = newHTTPServer(s, reg)
-	stopAdmin, err := startAdmin(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
+	stopOperator, err := startOperatorListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
 	if err != nil {
 		return err
 	}
-	defer stopAdmin()
-	if cfg.DebugAddr != "" {
-		stopDebug, err := startDebug(cfg.DebugAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopDebug()
-	}
+	defer stopOperator()
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
 
