@@ -5,7 +5,7 @@
 // reports every call to an audit callback and a counter: libraries do not
 // log, the caller decides where the audit trail goes.
 //
-// It decides nothing itself: state and explanations come from the RLS and
+// It decides nothing itself, and speaks none of Envoy's protos: state and explanations come from the RLS and
 // ext_authz servers' own planning (rls.RLS.Explain, authz.Authz.Explain),
 // reads are 0-hit decisions that charge nothing, and resets and deletions
 // go through the stores' operator methods (ratelimit.Resetter,
@@ -21,8 +21,6 @@ import (
 	"strconv"
 	"strings"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -34,12 +32,12 @@ import (
 
 // RateLimitExplainer is the RLS server's explanation (*rls.RLS).
 type RateLimitExplainer interface {
-	Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (rls.Explanation, error)
+	Explain(ctx context.Context, q rls.Query) (rls.Explanation, error)
 }
 
 // HTTPExplainer is the ext_authz server's explanation (*authz.Authz).
 type HTTPExplainer interface {
-	Explain(ctx context.Context, req *authv3.CheckRequest) (authz.Explanation, error)
+	Explain(ctx context.Context, r authz.HTTPRequest) (authz.Explanation, error)
 }
 
 // Options configures the API. RLS, HTTP, Limits, Policies and Registerer

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -136,7 +138,9 @@ func TestStateResetRoundTrip(t *testing.T) {
 	if st.Descriptors[1].Outcome != "unlimited" || st.Descriptors[2].Outcome != "no_match" || len(st.Descriptors[2].Why) == 0 {
 		t.Fatalf("uncounted descriptors = %+v", st.Descriptors[1:])
 	}
-	req, _ := rlsQuery(httptest.NewRequest("GET", q, nil))
+	// A real decision through the RLS server (tests may speak Envoy's protos).
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrlv3.RateLimitDescriptor{{Entries: []*commonrlv3.RateLimitDescriptor_Entry{
+		{Key: "tenant", Value: "acme"}, {Key: "route", Value: "orders"}}}}}
 	if _, err := e.rls.ShouldRateLimit(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}

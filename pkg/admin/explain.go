@@ -2,15 +2,11 @@ package admin
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
-	"strconv"
-	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/extauthz/extauthz/pkg/envoy/authz"
+	"github.com/extauthz/extauthz/pkg/envoy/rls"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // ExplainRequest is the body of POST /v1/explain: one of RateLimit (a
@@ -78,36 +74,37 @@ func (a *API) explain(r *http.Request) (any, []string, error) {
 	case (in.RateLimit == nil) == (in.HTTP == nil):
 		return nil, nil, badRequest(`send exactly one of "ratelimit" and "http"`)
 	case in.RateLimit != nil:
-		req, err := in.RateLimit.proto()
+		q, err := in.RateLimit.query()
 		if err != nil {
 			return nil, nil, err
 		}
-		st, keys, _, err := a.rateLimitState(r, req)
+		st, keys, _, err := a.rateLimitState(r, q)
 		return st, keys, err
 	}
 	return a.explainHTTP(r, in.HTTP)
 }
 
-func (c *RateLimitCall) proto() (*rlsv3.RateLimitRequest, error) {
+func (c *RateLimitCall) query() (rls.Query, error) {
+	q := rls.Query{Domain: c.Domain, HitsAddend: c.HitsAddend}
 	if c.Domain == "" || len(c.Descriptors) == 0 {
-		return nil, badRequest("ratelimit: domain and descriptors are required")
+		return q, badRequest("ratelimit: domain and descriptors are required")
 	}
-	req := &rlsv3.RateLimitRequest{Domain: c.Domain, HitsAddend: c.HitsAddend}
 	for _, es := range c.Descriptors {
-		d := &commonrlv3.RateLimitDescriptor{}
-		for _, e := range es {
-			d.Entries = append(d.Entries, &commonrlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		d := make([]ratelimit.Entry, len(es))
+		for i, e := range es {
+			d[i] = ratelimit.Entry(e)
 		}
-		req.Descriptors = append(req.Descriptors, d)
+		q.Descriptors = append(q.Descriptors, d)
 	}
-	return req, nil
+	return q, nil
 }
 
 func (a *API) explainHTTP(r *http.Request, c *HTTPCall) (any, []string, error) {
 	if c.Method == "" || c.Path == "" {
 		return nil, nil, badRequest("http: method and path are required")
 	}
-	ex, err := a.o.HTTP.Explain(r.Context(), c.proto())
+	ex, err := a.o.HTTP.Explain(r.Context(), authz.HTTPRequest{Method: c.Method, Path: c.Path, Host: c.Host,
+		Headers: c.Headers, SourceAddress: c.SourceAddress, Principal: c.Principal})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,28 +126,4 @@ func (a *API) explainHTTP(r *http.Request, c *HTTPCall) (any, []string, error) {
 		}
 	}
 	return out, keys, nil
-}
-
-// proto builds the CheckRequest Envoy would send (headers lower-cased, as
-// HTTP/2 and Envoy's header map have them).
-func (c *HTTPCall) proto() *authv3.CheckRequest {
-	hs := make(map[string]string, len(c.Headers))
-	for k, v := range c.Headers {
-		hs[strings.ToLower(k)] = v
-	}
-	if c.Host != "" {
-		hs[":authority"] = c.Host
-	}
-	src := &authv3.AttributeContext_Peer{Principal: c.Principal}
-	if c.SourceAddress != "" {
-		host, port, err := net.SplitHostPort(c.SourceAddress)
-		if err != nil {
-			host, port = c.SourceAddress, "0"
-		}
-		p, _ := strconv.ParseUint(port, 10, 32)
-		src.Address = &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-			Address: strings.Trim(host, "[]"), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)}}}}
-	}
-	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: src, Request: &authv3.AttributeContext_Request{
-		Http: &authv3.AttributeContext_HttpRequest{Method: c.Method, Path: c.Path, Host: c.Host, Headers: hs}}}}
 }

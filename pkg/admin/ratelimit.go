@@ -5,9 +5,6 @@ import (
 	"strings"
 	"time"
 
-	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	"github.com/extauthz/extauthz/pkg/envoy/rls"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -91,8 +88,8 @@ func (a *API) reset(r *http.Request) (any, []string, error) {
 
 // rateLimitState explains req and returns the answer, the store keys
 // involved and the store requests of the counted descriptors.
-func (a *API) rateLimitState(r *http.Request, req *rlsv3.RateLimitRequest) (RateLimitState, []string, []ratelimit.Request, error) {
-	ex, err := a.o.RLS.Explain(r.Context(), req)
+func (a *API) rateLimitState(r *http.Request, q rls.Query) (RateLimitState, []string, []ratelimit.Request, error) {
+	ex, err := a.o.RLS.Explain(r.Context(), q)
 	if err != nil {
 		return RateLimitState{}, nil, nil, err
 	}
@@ -101,7 +98,7 @@ func (a *API) rateLimitState(r *http.Request, req *rlsv3.RateLimitRequest) (Rate
 	var keys []string
 	var reqs []ratelimit.Request
 	for i, d := range ex.Descriptors {
-		ds := DescriptorState{Descriptor: formatDescriptor(req.GetDescriptors()[i]), Outcome: d.Outcome,
+		ds := DescriptorState{Descriptor: formatDescriptor(q.Descriptors[i]), Outcome: d.Outcome,
 			Rule: d.Rule, RuleID: d.RuleID, Why: why(d)}
 		if d.Request != nil && !d.Blocked {
 			ds.Hits, ds.Counter = d.Request.Hits, d.Request.Key
@@ -169,49 +166,48 @@ func seconds(d time.Duration) float64 {
 
 // rlsQuery reads domain and the repeated descriptor parameters (the query,
 // or a form body for POST).
-func rlsQuery(r *http.Request) (*rlsv3.RateLimitRequest, error) {
+func rlsQuery(r *http.Request) (rls.Query, error) {
 	if err := r.ParseForm(); err != nil {
-		return nil, badRequest("%v", err)
+		return rls.Query{}, badRequest("%v", err)
 	}
-	domain := r.Form.Get("domain")
-	if domain == "" {
-		return nil, badRequest("domain is required, e.g. ?domain=edge&descriptor=tenant=acme,route=orders")
+	q := rls.Query{Domain: r.Form.Get("domain")}
+	if q.Domain == "" {
+		return q, badRequest("domain is required, e.g. ?domain=edge&descriptor=tenant=acme,route=orders")
 	}
 	raw := r.Form["descriptor"]
 	if len(raw) == 0 {
-		return nil, badRequest("at least one descriptor=k=v[,k=v...] is required")
+		return q, badRequest("at least one descriptor=k=v[,k=v...] is required")
 	}
-	req := &rlsv3.RateLimitRequest{Domain: domain}
 	for _, s := range raw {
 		d, err := parseDescriptor(s)
 		if err != nil {
-			return nil, err
+			return q, err
 		}
-		req.Descriptors = append(req.Descriptors, d)
+		q.Descriptors = append(q.Descriptors, d)
 	}
-	return req, nil
+	return q, nil
 }
 
 // parseDescriptor reads "k=v,k=v": entries split at commas, each at its
 // first '=' (a value may hold '=' but not ','; POST /v1/explain takes any
 // value).
-func parseDescriptor(s string) (*commonrlv3.RateLimitDescriptor, error) {
-	d := &commonrlv3.RateLimitDescriptor{}
+func parseDescriptor(s string) ([]ratelimit.Entry, error) {
+	var d []ratelimit.Entry
 	for _, part := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(part, "=")
 		if !ok || k == "" {
 			return nil, badRequest("descriptor %q: want k=v[,k=v...], got entry %q", s, part)
 		}
-		d.Entries = append(d.Entries, &commonrlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		d = append(d, ratelimit.Entry{Key: k, Value: v})
 	}
 	return d, nil
 }
 
 // formatDescriptor renders a descriptor as parseDescriptor reads it.
-func formatDescriptor(d *commonrlv3.RateLimitDescriptor) string {
-	parts := make([]string, len(d.GetEntries()))
-	for i, e := range d.GetEntries() {
-		parts[i] = e.GetKey() + "=" + e.GetValue()
+func formatDescriptor(d []ratelimit.Entry) string {
+	parts := make([]string, len(d))
+	for i, e := range d {
+		parts[i] = e.Key + "=" + e.Value
 	}
 	return strings.Join(parts, ",")
 }

@@ -3,7 +3,11 @@ package authz
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -37,10 +41,49 @@ type Explanation struct {
 	RecordScope string
 }
 
-// Explain matches req's route and identity as Check does and reads the
+// HTTPRequest is the part of an ext_authz Check the decision reads, in
+// plain values, for callers that do not speak Envoy's protos (the admin API).
+type HTTPRequest struct {
+	Method, Path, Host string
+	// Headers by name; names are lower-cased as Envoy's header map has them.
+	Headers map[string]string
+	// SourceAddress is Envoy's peer, "ip" or "ip:port"; Principal the mTLS
+	// peer principal.
+	SourceAddress, Principal string
+}
+
+// proto is r as Envoy's ext_authz filter would send it.
+func (r HTTPRequest) proto() *authv3.CheckRequest {
+	hs := make(map[string]string, len(r.Headers)+1)
+	for k, v := range r.Headers {
+		hs[strings.ToLower(k)] = v
+	}
+	if r.Host != "" {
+		hs[":authority"] = r.Host
+	}
+	src := &authv3.AttributeContext_Peer{Principal: r.Principal}
+	if r.SourceAddress != "" {
+		host, port, err := net.SplitHostPort(r.SourceAddress)
+		if err != nil {
+			host, port = r.SourceAddress, "0"
+		}
+		p, _ := strconv.ParseUint(port, 10, 16)
+		src.Address = &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Address: strings.Trim(host, "[]"), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)}}}}
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: src, Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{Method: r.Method, Path: r.Path, Host: r.Host, Headers: hs}}}}
+}
+
+// Explain is explain for an HTTPRequest.
+func (s *Authz) Explain(ctx context.Context, r HTTPRequest) (Explanation, error) {
+	return s.explain(ctx, r.proto())
+}
+
+// explain matches req's route and identity as Check does and reads the
 // route's limits with a 0-hit decision, which charges and writes nothing.
 // The only error is the rate-limit store's.
-func (s *Authz) Explain(ctx context.Context, req *authv3.CheckRequest) (Explanation, error) {
+func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanation, error) {
 	var ex Explanation
 	hr := req.GetAttributes().GetRequest().GetHttp()
 	h := httpPolicy(s.policies.Current())

@@ -11,6 +11,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/envoy/internal/envoytest"
 	"github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // TestExplainChargesNothingAndForetellsTheAnswer: Explain names the route,
@@ -35,10 +36,11 @@ func TestExplainChargesNothingAndForetellsTheAnswer(t *testing.T) {
 	}
 	ctx := context.Background()
 	req := checkReq("GET", "/limited/x", nil, "x-tenant-id", "acme")
+	hr := HTTPRequest{Method: "GET", Path: "/limited/x", Headers: map[string]string{"X-Tenant-Id": "acme"}, SourceAddress: "10.0.0.7:5555"}
 	for call := range 3 {
 		var ex Explanation
 		for range 2 { // twice: the first must have charged nothing
-			if ex, err = az.Explain(ctx, req); err != nil {
+			if ex, err = az.Explain(ctx, hr); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -56,14 +58,20 @@ func TestExplainChargesNothingAndForetellsTheAnswer(t *testing.T) {
 			t.Fatalf("call %d: Explain said allowed=%v, Check admitted=%v", call, ex.Allowed, admitted)
 		}
 	}
-	ex, err := az.Explain(ctx, checkReq("POST", "/orders/1", nil, "x-tenant-id", "acme"))
+	ex, err := az.Explain(ctx, HTTPRequest{Method: "POST", Path: "/orders/1", Headers: map[string]string{"x-tenant-id": "acme"}})
 	if err != nil || ex.Route.Name != "orders" || ex.RecordScope != "acme" || ex.Request != nil {
 		t.Fatalf("orders: %+v, %v", ex, err)
 	}
-	if ex, _ := az.Explain(ctx, checkReq("GET", "/limited/health", nil)); !ex.Exempt || ex.Request != nil {
+	if ex, _ := az.Explain(ctx, HTTPRequest{Method: "GET", Path: "/limited/health"}); !ex.Exempt || ex.Request != nil {
 		t.Fatalf("exempt path: %+v", ex)
 	}
-	if ex, _ := az.Explain(ctx, checkReq("GET", "/nowhere", nil)); ex.Route != nil {
+	if ex, _ := az.Explain(ctx, HTTPRequest{Method: "GET", Path: "/nowhere"}); ex.Route != nil {
 		t.Fatalf("no route: %+v", ex)
+	}
+	// Without an identity source present, the limits fall back to the
+	// client address, as Check's do.
+	ex, err = az.Explain(ctx, HTTPRequest{Method: "GET", Path: "/limited/x", SourceAddress: "[2001:db8::7]:443"})
+	if err != nil || ex.Identity != "" || ex.Request == nil || ex.Request.Key != ratelimit.Key("~a~2001:db8::7", "http", []ratelimit.Entry{{Key: "route", Value: "limited"}}) {
+		t.Fatalf("anonymous: %+v, %v", ex, err)
 	}
 }

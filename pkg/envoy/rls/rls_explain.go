@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 
+	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
@@ -49,11 +50,38 @@ func (s *RLS) planAll(req *rlsv3.RateLimitRequest) ([]planned, []ratelimit.Reque
 	return items, reqs, dom != nil
 }
 
-// Explain plans req, reads the current state of every counted limit with a
+// Query is a ShouldRateLimit request in plain values, for callers that
+// do not speak Envoy's protos (the admin API).
+type Query struct {
+	Domain      string
+	Descriptors [][]ratelimit.Entry
+	// HitsAddend is the request's hits_addend: 0 means 1.
+	HitsAddend uint32
+}
+
+// proto is q as Envoy would send it.
+func (q Query) proto() *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: q.Domain, HitsAddend: q.HitsAddend}
+	for _, es := range q.Descriptors {
+		d := &commonrlv3.RateLimitDescriptor{}
+		for _, e := range es {
+			d.Entries = append(d.Entries, &commonrlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		req.Descriptors = append(req.Descriptors, d)
+	}
+	return req
+}
+
+// Explain is explain for a Query.
+func (s *RLS) Explain(ctx context.Context, q Query) (Explanation, error) {
+	return s.explain(ctx, q.proto())
+}
+
+// explain plans req, reads the current state of every counted limit with a
 // 0-hit decision (which charges nothing and writes nothing), and works out
 // the answer a real call charging the planned hits would get. The only
 // error is the store's.
-func (s *RLS) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (Explanation, error) {
+func (s *RLS) explain(ctx context.Context, req *rlsv3.RateLimitRequest) (Explanation, error) {
 	items, reqs, known := s.planAll(req)
 	peek := make([]ratelimit.Request, len(reqs))
 	for i, r := range reqs {

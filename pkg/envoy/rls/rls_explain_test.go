@@ -6,6 +6,7 @@ import (
 
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/envoy/internal/envoytest"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // TestExplainChargesNothingAndForetellsTheAnswer: Explain reports each
@@ -27,11 +28,13 @@ descriptors:
 	ctx := context.Background()
 	req := envoytest.Request("edge", envoytest.Desc("tenant", "acme", "route", "orders"),
 		envoytest.Desc("route", "free"), envoytest.Desc("route", "other"))
+	q := Query{Domain: "edge", Descriptors: [][]ratelimit.Entry{
+		{{Key: "tenant", Value: "acme"}, {Key: "route", Value: "orders"}}, {{Key: "route", Value: "free"}}, {{Key: "route", Value: "other"}}}}
 	for call := range 3 {
 		var ex Explanation
 		for range 2 { // twice: the first Explain must have charged nothing
 			var err error
-			if ex, err = e.rls.Explain(ctx, req); err != nil {
+			if ex, err = e.rls.Explain(ctx, q); err != nil {
 				t.Fatal(err)
 			}
 		}
