@@ -84,6 +84,10 @@ func parseAdmin(args []string, stderr io.Writer) (adminCall, adminConn, error) {
 		return adminCall{}, adminConn{}, errors.New("missing command")
 	}
 	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "-h", "-help", "--help", "help":
+		return adminCall{}, adminConn{}, flag.ErrHelp
+	}
 	if cmd == "record" || (cmd == "explain" && len(args) > 0 && args[0] == "http") {
 		if len(args) == 0 {
 			return adminCall{}, adminConn{}, errors.New("record: want get or delete")
