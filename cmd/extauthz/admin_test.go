@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/extauthz/extauthz/internal/redistest"
 )
 
 // adminAddr returns the admin listener's address from p's log.
@@ -56,15 +58,26 @@ func dailyRemaining(t *testing.T, env []string, args ...string) (int64, adminSta
 }
 
 // TestAdminStateTryResetThroughTheBinary: the admin commands against a
-// served example policy with a token: state, one real decision, state one
-// less, reset, state full again; without the token, 401 and exit 1.
+// served example policy with a token, on the memory store and on Redis (the
+// whole stack: local cache, failover, Redis store): state, one real
+// decision, state one less, reset, state full again; without the token,
+// 401 and exit 1.
 func TestAdminStateTryResetThroughTheBinary(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testAdminThroughTheBinary(t, "acme|edge|route=orders:") })
+	t.Run("redis", func(t *testing.T) {
+		testAdminThroughTheBinary(t, "xa:rl:{acme|edge|route=orders}:", "EXTAUTHZ_REDIS_URL="+redistest.Standalone(t).URL)
+	})
+}
+
+// testAdminThroughTheBinary runs the scenario with extra environment; the
+// keys reset start with keyPrefix.
+func testAdminThroughTheBinary(t *testing.T, keyPrefix string, extra ...string) {
 	const token = "test-admin-token-0123456789"
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t), "EXTAUTHZ_ADMIN_ADDR=127.0.0.1:0", "EXTAUTHZ_ADMIN_TOKEN_FILE="+tokenFile)
+	p := start(t, append([]string{"EXTAUTHZ_CONFIG=" + examplePolicy(t), "EXTAUTHZ_ADMIN_ADDR=127.0.0.1:0", "EXTAUTHZ_ADMIN_TOKEN_FILE=" + tokenFile}, extra...)...)
 	env := []string{"EXTAUTHZ_ADMIN_ADDR=" + p.adminAddr(t), "EXTAUTHZ_ADMIN_TOKEN=" + token, "EXTAUTHZ_ADMIN_TOKEN_FILE="}
 	desc := "tenant=acme,route=orders"
 	full, st := dailyRemaining(t, env, "state", "-domain", "edge", desc)
@@ -76,8 +89,8 @@ func TestAdminStateTryResetThroughTheBinary(t *testing.T) {
 		t.Fatalf("after one decision remaining %d, want %d", got, full-1)
 	}
 	got, st := dailyRemaining(t, env, "reset", desc)
-	if got != full || len(st.Reset) != 2 {
-		t.Fatalf("reset: remaining %d, reset keys %v; want %d and both limits' keys", got, st.Reset, full)
+	if got != full || len(st.Reset) != 2 || !strings.HasPrefix(st.Reset[0], keyPrefix) || !strings.HasPrefix(st.Reset[1], keyPrefix) {
+		t.Fatalf("reset: remaining %d, reset keys %v; want %d and both limits' keys under %q", got, st.Reset, full, keyPrefix)
 	}
 	if got, _ := dailyRemaining(t, env, "explain", desc); got != full {
 		t.Fatalf("explain after reset: remaining %d, want %d", got, full)
