@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -85,4 +86,37 @@ func dumpKeys(t *testing.T, c *redis.Client, keys []string) (string, []time.Dura
 		}
 	}
 	return out, ttls
+}
+
+// TestResetOnCluster: one Reset of requests whose keys live on different
+// masters deletes them all (one DEL per request, each within one slot).
+func TestResetOnCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewCluster(t).Client()
+	s := newStore(t, c)
+	ctx := context.Background()
+	limits := []ratelimit.Limit{{Requests: 5, Period: time.Minute}, {Algorithm: ratelimit.FixedWindow, Requests: 50, Period: time.Hour}}
+	var reqs []ratelimit.Request
+	var keys []string
+	for i := range 8 { // eight identities: several slots, almost surely several masters
+		r := ratelimit.Request{Key: randomKey(t) + string(rune('a'+i)), Limits: limits, Hits: 1}
+		reqs = append(reqs, r)
+		keys = append(keys, s.StateKeys(r)...)
+	}
+	if _, err := s.AllowBatch(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if n, err := c.Exists(ctx, k).Result(); err != nil || n != 1 {
+			t.Fatalf("%s before Reset: exists=%d err=%v", k, n, err)
+		}
+	}
+	if err := s.Reset(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if n, err := c.Exists(ctx, k).Result(); err != nil || n != 0 {
+			t.Fatalf("%s after Reset: exists=%d err=%v", k, n, err)
+		}
+	}
 }
