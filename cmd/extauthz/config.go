@@ -139,6 +139,13 @@ type Config struct {
 	// DebugAddr serves Go's pprof profiles (/debug/pprof/); empty (the
 	// default) serves none. Loopback addresses only: see debug.go.
 	DebugAddr string `envconfig:"DEBUG_ADDR" default:""`
+	// AdminAddr serves the admin API (admin.go); empty (the default) is off.
+	// Loopback only unless a token is set.
+	AdminAddr string `envconfig:"ADMIN_ADDR" default:""`
+	// AdminToken is the admin API's bearer token (at least 16 bytes); empty requires none (loopback only).
+	AdminToken string `envconfig:"ADMIN_TOKEN" default:""`
+	// AdminTokenFile holds the token instead (a mounted Secret); surrounding whitespace is trimmed.
+	AdminTokenFile string `envconfig:"ADMIN_TOKEN_FILE" default:""`
 
 	// Tracing (tracing.go). The OpenTelemetry SDK's own variables apply
 	// beside these: OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*
@@ -210,6 +217,10 @@ func (c Config) rules() []rule {
 		{"HTTP_ADDR", "host:port with a port 0-65535, e.g. :9090", c.HTTPAddr, validAddr(c.HTTPAddr)},
 		{"LOG_LEVEL", "debug, info, warn or error", c.LogLevel, validLevel(c.LogLevel)},
 		{"DEBUG_ADDR", "empty (off) or a loopback host:port, e.g. 127.0.0.1:6060", c.DebugAddr, checkDebugAddr(c.DebugAddr) == nil},
+		{"ADMIN_ADDR", "empty (off), a loopback host:port (e.g. 127.0.0.1:9003), or any host:port with EXTAUTHZ_ADMIN_TOKEN or EXTAUTHZ_ADMIN_TOKEN_FILE set", c.AdminAddr, c.validAdminAddr()},
+		{"ADMIN_TOKEN", fmt.Sprintf("empty, or at least %d bytes, and not with EXTAUTHZ_ADMIN_TOKEN_FILE", minAdminToken), redactSecret(c.AdminToken),
+			c.AdminToken == "" || (len(c.AdminToken) >= minAdminToken && c.AdminTokenFile == "")},
+		{"ADMIN_TOKEN_FILE", fmt.Sprintf("empty, or a readable file holding a token of at least %d bytes", minAdminToken), c.AdminTokenFile, c.validAdminTokenFile()},
 		{"DRAIN_DELAY", "a duration of 0 (stop accepting at once) or more, e.g. 10s", c.DrainDelay, c.DrainDelay >= 0},
 		{"SHUTDOWN_TIMEOUT", "a duration above 0, e.g. 10s", c.ShutdownTimeout, c.ShutdownTimeout > 0},
 		{"REDIS_URL", "empty, or redis://[user:password@]host:port[/db] or rediss://...", redactURL(c.RedisURL), c.validRedisURL()},

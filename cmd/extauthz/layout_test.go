@@ -100,3 +100,20 @@ func TestEnvoySidesImportOnlyTheCore(t *testing.T) {
 		}
 	}
 }
+
+// pkg/admin calls the servers' Explain with plain values (rls.Query,
+// authz.HTTPRequest): translating to Envoy's protos stays in pkg/envoy.
+func TestAdminImportsNoEnvoyProtos(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, "./pkg/admin")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		if strings.HasPrefix(imp, "github.com/envoyproxy/go-control-plane") || strings.HasPrefix(imp, "google.golang.org/grpc") {
+			t.Errorf("pkg/admin imports %s", imp)
+		}
+	}
+}

@@ -5,6 +5,7 @@
 //	extauthz serve           the same
 //	extauthz validate PATH   check a policy file or directory offline
 //	extauthz try [rls|authz] send one decision request to a running server
+//	extauthz admin ...       call a running server's admin API
 //	extauthz version         print the version
 package main
 
@@ -29,6 +30,10 @@ const usage = `usage:
   extauthz try [rls|authz] [flags] [DESCRIPTOR...]
                            send one ShouldRateLimit (default: the README's example) or ext_authz
                            Check request to a running server and print its answer (try -h)
+  extauthz admin state|reset|explain|record ...
+                           call a running server's admin API (EXTAUTHZ_ADMIN_ADDR): read or reset
+                           rate-limit counters, explain a decision, get or delete an idempotency
+                           record (admin -h)
   extauthz version         print the version
   extauthz help            print this text
 `
@@ -63,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return validateMain(args[0], stdout, stderr)
 	case "try":
 		return tryMain(ctx, args, stdout, stderr)
+	case "admin":
+		return adminMain(ctx, args, stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "extauthz %s\n", version)
 		return 0

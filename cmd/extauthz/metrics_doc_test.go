@@ -126,7 +126,7 @@ func exercise(t *testing.T, p *proc) {
 func TestMetricsMatchREADME(t *testing.T) {
 	docs, readme := readmeMetrics(t)
 	srv := redistest.Standalone(t)
-	base := []string{"EXTAUTHZ_CONFIG=" + examplePolicy(t)}
+	base := []string{"EXTAUTHZ_CONFIG=" + examplePolicy(t), "EXTAUTHZ_ADMIN_ADDR=127.0.0.1:0"}
 	procs := map[string]*proc{
 		"memory": start(t, base...),
 		"redis":  start(t, append(base, "EXTAUTHZ_REDIS_URL="+srv.URL)...),

@@ -116,13 +116,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	s.grpc, s.health = newGRPCServer(services, opts...)
 	s.http = newHTTPServer(s, reg)
-	if cfg.DebugAddr != "" {
-		stopDebug, err := startDebug(cfg.DebugAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopDebug()
+	stopOperator, err := startOperatorListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
+	if err != nil {
+		return err
 	}
+	defer stopOperator()
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
 
@@ -151,9 +149,7 @@ func (l *serviceList) add(s grpcService, err error) {
 // line: l.add(envoy.NewXxx(...)).
 func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger, extra ...authz.IdempotencyOption) ([]grpcService, error) {
 	var l serviceList
-	l.add(rls.NewRLS(store, policies, m, rls.WithTenantKey(cfg.RLSTenantKey), rls.WithRLSLogger(log),
-		rls.WithGlobalShadowMode(cfg.ShadowMode), rls.WithGlobalQuotaMode(cfg.QuotaMode),
-		rls.WithResponseMetadata(cfg.ResponseDynamicMetadata)))
+	l.add(rls.NewRLS(store, policies, m, rlsOptions(cfg, log)...))
 	timeout := authz.WithStoreTimeout(cfg.IdempotencyStoreTimeout)
 	// One latency record for both: ext_proc measures the leases, ext_authz
 	// answers most 409s.
@@ -162,6 +158,13 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 	l.add(authz.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
 	l.add(authz.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err
+}
+
+// rlsOptions are the RLS server's options, shared with the admin API's.
+func rlsOptions(cfg Config, log *slog.Logger) []rls.Option {
+	return []rls.Option{rls.WithTenantKey(cfg.RLSTenantKey), rls.WithRLSLogger(log),
+		rls.WithGlobalShadowMode(cfg.ShadowMode), rls.WithGlobalQuotaMode(cfg.QuotaMode),
+		rls.WithResponseMetadata(cfg.ResponseDynamicMetadata)}
 }
 
 // newGRPCServer registers services, grpc.health.v1 (each service and the

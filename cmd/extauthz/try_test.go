@@ -111,7 +111,7 @@ func TestHelpNamesEverySubcommandAndAPI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("help: exit %d", code)
 	}
-	for _, want := range []string{"extauthz [serve]", "extauthz validate", "extauthz try", "extauthz version",
+	for _, want := range []string{"extauthz [serve]", "extauthz validate", "extauthz try", "extauthz admin", "extauthz version",
 		"extauthz help", "RLS", "ext_authz", "ext_proc", "/metrics"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("help lacks %q:\n%s", want, stdout)
@@ -120,5 +120,11 @@ func TestHelpNamesEverySubcommandAndAPI(t *testing.T) {
 	code, _, stderr := runBinary(t, nil, "try", "-h")
 	if code != 2 || !strings.Contains(stderr, "extauthz try authz") {
 		t.Errorf("try -h: exit %d, stderr %q; want 2 with try's usage", code, stderr)
+	}
+	code, _, stderr = runBinary(t, nil, "admin", "-h")
+	for _, want := range []string{"state", "reset", "explain", "explain http", "record get", "record delete"} {
+		if code != 2 || !strings.Contains(stderr, "  "+want+" ") {
+			t.Errorf("admin -h: exit %d, stderr lacks %q:\n%s", code, want, stderr)
+		}
 	}
 }

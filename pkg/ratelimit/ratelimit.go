@@ -165,6 +165,8 @@ var (
 	ErrInvalidHits = errors.New("invalid hits")
 	// ErrClosed means the store was used after Close.
 	ErrClosed = errors.New("store closed")
+	// ErrNotResettable means a store, or one it wraps, is no Resetter.
+	ErrNotResettable = errors.New("store cannot be reset")
 )
 
 // Batcher is the batch half of Store.
@@ -180,4 +182,16 @@ func AllowOne(ctx context.Context, b Batcher, key string, limit Limit, hits int6
 		return Result{}, err
 	}
 	return d[0].Results[0], nil
+}
+
+// Resetter is a Store that operators can inspect and reset (the admin API).
+// Reading a state needs no method of its own: a Request with Hits 0 is
+// decided without charging or writing anything.
+type Resetter interface {
+	// StateKeys names where each limit of r is kept, in the order of
+	// r.Limits (for Redis, the key of the limit's state).
+	StateKeys(r Request) []string
+	// Reset forgets the state of every limit of every request (Hits is
+	// ignored): the next decision finds each limit empty.
+	Reset(ctx context.Context, reqs []Request) error
 }

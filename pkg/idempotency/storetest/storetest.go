@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"NotReplayable", testNotReplayable},
 		{"RepeatedTransitions", testRepeated},
 		{"BodyRefRoundTrip", testBodyRef},
+		{"Inspect", testInspect},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -157,3 +157,11 @@ func (c *cache) len() int {
 	}
 	return n
 }
+
+// forget drops the remembered denial of id, if any.
+func (c *cache) forget(id string) {
+	sh := c.shard(id)
+	sh.mu.Lock()
+	delete(sh.m, id)
+	sh.mu.Unlock()
+}

@@ -1,0 +1,132 @@
+package authz
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// Explanation is what Check would decide about the rate limits of a
+// request right now, worked out without charging anything (for operators:
+// the admin API). Idempotency is not decided: that would take a lease.
+type Explanation struct {
+	// Route is the matched route; nil when none matched (Check admits).
+	Route *policy.Route
+	// Identity is the caller's scope as the identity chain named it (what
+	// scopes the limits and the Idempotency-Key records), and Source the
+	// chain entry that named it ("" when none did).
+	Identity string
+	Source   policy.IdentityKind
+	// Exempt reports a request the exemptions keep from the route's limits.
+	Exempt bool
+	// Request is the rate-limit request Check would send (Hits 1); nil
+	// when the route has no limits or the request is exempt. Names names
+	// each of its limits, Results holds each limit's current state.
+	Request *ratelimit.Request
+	Names   []string
+	Results []ratelimit.Result
+	// Allowed is whether the limits would admit the request.
+	Allowed bool
+	// RecordScope is the scope of the request's Idempotency-Key records
+	// (see RecordScope); empty when the route does not use Idempotency-Key.
+	RecordScope string
+}
+
+// HTTPRequest is the part of an ext_authz Check the decision reads, in
+// plain values, for callers that do not speak Envoy's protos (the admin API).
+type HTTPRequest struct {
+	Method, Path, Host string
+	// Headers by name; names are lower-cased as Envoy's header map has them.
+	Headers map[string]string
+	// SourceAddress is Envoy's peer, "ip" or "ip:port"; Principal the mTLS
+	// peer principal.
+	SourceAddress, Principal string
+}
+
+// proto is r as Envoy's ext_authz filter would send it.
+func (r HTTPRequest) proto() *authv3.CheckRequest {
+	hs := make(map[string]string, len(r.Headers)+1)
+	for k, v := range r.Headers {
+		hs[strings.ToLower(k)] = v
+	}
+	if r.Host != "" {
+		hs[":authority"] = r.Host
+	}
+	src := &authv3.AttributeContext_Peer{Principal: r.Principal}
+	if r.SourceAddress != "" {
+		host, port, err := net.SplitHostPort(r.SourceAddress)
+		if err != nil {
+			host, port = r.SourceAddress, "0"
+		}
+		p, _ := strconv.ParseUint(port, 10, 16)
+		src.Address = &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Address: strings.Trim(host, "[]"), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)}}}}
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: src, Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{Method: r.Method, Path: r.Path, Host: r.Host, Headers: hs}}}}
+}
+
+// Explain is explain for an HTTPRequest.
+func (s *Authz) Explain(ctx context.Context, r HTTPRequest) (Explanation, error) {
+	return s.explain(ctx, r.proto())
+}
+
+// explain matches req's route and identity as Check does and reads the
+// route's limits with a 0-hit decision, which charges and writes nothing.
+// The only error is the rate-limit store's.
+func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanation, error) {
+	var ex Explanation
+	hr := req.GetAttributes().GetRequest().GetHttp()
+	h := httpPolicy(s.policies.Current())
+	if ex.Route = h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath()); ex.Route == nil {
+		return ex, nil
+	}
+	r := newCheckRequest(req)
+	caller := callerInput{headers: r.headers, principal: r.principal, extensions: r.extensions,
+		metadata: req.GetAttributes().GetMetadataContext(), address: req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()}
+	for _, src := range h.Identity.Sources { // callerScope, remembering which source
+		if ex.Identity = sourceScope(src, caller); ex.Identity != "" {
+			ex.Source = src.Kind
+			break
+		}
+	}
+	if ex.Route.Idempotency != nil {
+		ex.RecordScope = RecordScope(ex.Identity, ex.Route)
+	}
+	ex.Exempt = h.IsExempt(r.path, r.headers.joined(), r.principal)
+	ex.Allowed = true
+	if len(ex.Route.Limits) == 0 || ex.Exempt {
+		return ex, nil
+	}
+	key := ratelimit.Key(limitScope(ex.Identity, caller), httpLimitDomain, []ratelimit.Entry{{Key: "route", Value: ex.Route.Name}})
+	ex.Request = &ratelimit.Request{Key: key, Limits: ex.Route.Limits, Hits: 1}
+	decs, err := s.limits.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: ex.Route.Limits}})
+	if err != nil {
+		return ex, err
+	}
+	if len(decs) != 1 || len(decs[0].Results) != len(ex.Route.Limits) {
+		return ex, fmt.Errorf("rate-limit store answered %d decisions for 1 request", len(decs))
+	}
+	ex.Results = decs[0].Results
+	for i, res := range ex.Results {
+		// Every algorithm admits h hits exactly when h <= Remaining.
+		ex.Allowed = ex.Allowed && res.Remaining >= 1
+		ex.Names = append(ex.Names, envoy.LimitName(ex.Route.Name, ex.Route.Limits, i))
+	}
+	return ex, nil
+}
+
+// RecordScope is the scope under which the Idempotency-Key records of a
+// caller on route are kept (idempotency.StorageKey's scope): the caller's
+// identity, as Explanation.Identity shows it, prefixed with the route for
+// routes whose key_scope is route.
+func RecordScope(identity string, route *policy.Route) string { return keyScope(identity, route) }
