@@ -1,12 +1,15 @@
 package breaker
 
 import (
+	"context"
 	"sync"
 	"time"
 )
 
 // Transition is told of a breaker that opened (open true, with the error
-// that opened it) or closed again. It runs outside the breaker's lock.
+// that opened it) or closed again (open false), including an open one
+// forgotten because its node left the backend (see Retain). It runs outside
+// the breaker's lock.
 type Transition func(node string, open bool, err error)
 
 // Set keeps one Breaker per backend node (a Redis Cluster master, or the one
@@ -19,9 +22,10 @@ type Set struct {
 	coolDown  time.Duration
 	onChange  Transition
 
-	mu    sync.Mutex
-	nodes map[string]*Breaker
-	open  map[string]bool
+	mu        sync.Mutex
+	nodes     map[string]*Breaker
+	open      map[string]bool
+	nextPrune time.Time // Prune's next check
 }
 
 // NewSet returns an empty set whose breakers open after threshold failures
@@ -124,4 +128,63 @@ func (s *Set) Worst(now time.Time) (node string, st State, ok bool) {
 		}
 	}
 	return node, st, ok
+}
+
+// Retain forgets the breakers of every node not in nodes, the nodes the
+// backend has now. An open one is reported closed: its node left (a failed
+// Redis master replaced by its replica), no call will probe it again, and
+// its open circuit (a gauge, an alert) must not stay until restart. A node
+// that comes back gets a new, closed breaker.
+func (s *Set) Retain(nodes []string) {
+	keep := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		keep[n] = true
+	}
+	var closed []string
+	s.mu.Lock()
+	for n := range s.nodes {
+		if keep[n] {
+			continue
+		}
+		delete(s.nodes, n)
+		if s.open[n] {
+			delete(s.open, n)
+			closed = append(closed, n)
+		}
+	}
+	s.mu.Unlock()
+	for _, n := range closed {
+		s.onChange(n, false, nil)
+	}
+}
+
+// Prune retains the nodes that nodes lists (see Retain), at most once per
+// cool-down and only while a circuit is open: nodes asks the backend (for
+// a Redis Cluster, the masters of a freshly loaded slot map, a round trip),
+// so it runs on a goroutine of its own, bounded by the cool-down (at least
+// a second), and the call that triggered it is not delayed. A failed list
+// changes nothing.
+func (s *Set) Prune(now time.Time, nodes func(context.Context) ([]string, error)) {
+	if !s.pruneDue(now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), max(s.coolDown, time.Second))
+		defer cancel()
+		if list, err := nodes(ctx); err == nil {
+			s.Retain(list)
+		}
+	}()
+}
+
+// pruneDue reports whether Prune asks for the node list at now, and if so
+// takes the turn: a circuit is open and the last turn is a cool-down old.
+func (s *Set) pruneDue(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.open) == 0 || now.Before(s.nextPrune) {
+		return false
+	}
+	s.nextPrune = now.Add(s.coolDown)
+	return true
 }

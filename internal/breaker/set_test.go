@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -81,5 +82,96 @@ func TestNewSetRejectsBadSettings(t *testing.T) {
 	}
 	if _, err := NewSet(1, 0, nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("cool-down 0: %v", err)
+	}
+}
+
+// TestSetRetainForgetsGoneNodes: a node that left the backend takes its
+// breaker with it; an open one is reported closed (the open count, a
+// gauge, drops), and a node that comes back starts closed.
+func TestSetRetainForgetsGoneNodes(t *testing.T) {
+	t.Parallel()
+	var got []string
+	s, _ := NewSet(1, time.Minute, func(node string, open bool, _ error) {
+		got = append(got, fmt.Sprintf("%s open=%v", node, open))
+	})
+	t0 := time.Unix(1000, 0)
+	for _, n := range []string{"a", "b"} {
+		s.Get(n).Acquire(t0)
+		s.Done(n, t0, errors.New("down"), false)
+	}
+	s.Get("c").Acquire(t0)
+	s.Done("c", t0, nil, false)
+	s.Retain([]string{"b", "c", "d"})
+	if s.Open() != 1 {
+		t.Errorf("Open() = %d after a's node left, want 1 (b)", s.Open())
+	}
+	if !s.Get("a").Acquire(t0) {
+		t.Error("node a came back: refused by the forgotten breaker")
+	}
+	if s.Get("b").Acquire(t0) {
+		t.Error("node b (still there) let through while its circuit is open")
+	}
+	want := []string{"a open=true", "b open=true", "a open=false"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("transitions %q, want %q", got, want)
+	}
+}
+
+// TestSetPruneDue: the node list is asked for only while a circuit is
+// open, at most once per cool-down.
+func TestSetPruneDue(t *testing.T) {
+	t.Parallel()
+	s, _ := NewSet(1, time.Second, nil)
+	t0 := time.Unix(1000, 0)
+	if s.pruneDue(t0) {
+		t.Error("due with every circuit closed")
+	}
+	s.Get("a").Acquire(t0)
+	s.Done("a", t0, errors.New("down"), false)
+	for _, c := range []struct {
+		at   time.Duration
+		want bool
+	}{{0, true}, {0, false}, {999 * time.Millisecond, false}, {time.Second, true}, {1500 * time.Millisecond, false}} {
+		if got := s.pruneDue(t0.Add(c.at)); got != c.want {
+			t.Errorf("t0+%s: due %v, want %v", c.at, got, c.want)
+		}
+	}
+}
+
+// TestSetPrune: Prune asks for the list and retains it; a failed list
+// changes nothing.
+func TestSetPrune(t *testing.T) {
+	t.Parallel()
+	s, _ := NewSet(1, time.Second, nil)
+	t0 := time.Unix(1000, 0)
+	s.Get("a").Acquire(t0)
+	s.Done("a", t0, errors.New("down"), false)
+	failed := make(chan struct{})
+	s.Prune(t0, func(context.Context) ([]string, error) {
+		defer close(failed)
+		return nil, errors.New("no answer")
+	})
+	<-failed
+	asked := make(chan struct{})
+	s.Prune(t0.Add(time.Second), func(ctx context.Context) ([]string, error) {
+		defer close(asked)
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("node list asked for without a deadline")
+		}
+		return []string{"b"}, nil
+	})
+	select {
+	case <-asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("node list not asked for a cool-down after a failed one (was a forgotten?)")
+	}
+	// The second list is retained on Prune's goroutine; the first one,
+	// which failed, must not have forgotten a before it.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's node left: Open() = %d 5s later, want 0", s.Open())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -8,7 +8,12 @@
 // one breaker per node: a failing master affects only the keys it holds,
 // and its failures ask the primary to refresh its key-to-node map, so that
 // once a replica is promoted its keys route to it (a new node, with a
-// closed breaker) without waiting for the old node's cool-down.
+// closed breaker) without waiting for the old node's cool-down; the old
+// node's breaker is then forgotten. An answer that is the cluster's state
+// (CLUSTERDOWN, which every master of a cluster with
+// cluster-require-full-coverage yes gives until the replica is promoted)
+// goes to the failure mode without counting against the node that gave it,
+// so healthy masters decide again the moment the cluster is ok.
 //
 // Only backend failures fall back: invalid input is returned to the caller,
 // and a caller that went away gets its context error.
@@ -212,11 +217,13 @@ func (s *Store) decideOn(ctx context.Context, node string, reqs []ratelimit.Requ
 	}
 	d, err := s.callPrimary(ctx, reqs)
 	neutral := err != nil && isCallerError(ctx, err)
-	if s.br.Done(node, s.now(), err, neutral) {
+	down := !neutral && s.clusterDown(err)
+	if s.br.Done(node, s.now(), err, neutral || down) || down {
 		s.m.errors.Inc()
 		s.onError(node, err)
 		s.refresh()
 	}
+	s.prune()
 	switch {
 	case err == nil:
 		return d, true, nil
