@@ -53,20 +53,37 @@ func (s *Set) Get(node string) *Breaker {
 	return b
 }
 
+// Outcome says what a call's error tells of the node (see Done).
+type Outcome int
+
+const (
+	// Fault: the node failed (an error, a timeout); it counts towards
+	// opening the node's circuit.
+	Fault Outcome = iota
+	// Neutral: nothing about the backend (bad input, a caller that went
+	// away); not a failure.
+	Neutral
+	// Unserved: the node answered, but the backend as a whole cannot serve
+	// (a Redis Cluster's CLUSTERDOWN). The call failed, the node did not:
+	// opening its circuit would only keep it away after the backend
+	// recovers.
+	Unserved
+)
+
 // Done ends a call to node that its breaker's Acquire let through: a nil err
-// is a success, a neutral one (bad input, a caller that went away) says
-// nothing about the node, any other is a failure at now. It reports whether
-// the error counted as a failure.
-func (s *Set) Done(node string, now time.Time, err error, neutral bool) (failed bool) {
+// is a success; otherwise how says what err tells of the node, and a Fault
+// is recorded at now. It reports whether the call failed (Fault or
+// Unserved), for the caller to count and log.
+func (s *Set) Done(node string, now time.Time, err error, how Outcome) (failed bool) {
 	b := s.Get(node)
 	switch {
 	case err == nil:
 		b.Success()
-	case neutral:
-		b.Release()
-		return false
-	default:
+	case how == Fault:
 		b.Failure(now, err)
+	default:
+		b.Release()
+		return how == Unserved
 	}
 	s.note(node, b)
 	return err != nil

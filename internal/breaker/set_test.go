@@ -21,21 +21,21 @@ func TestSetKeepsNodesApart(t *testing.T) {
 	}
 	t0 := time.Unix(1000, 0)
 	down := errors.New("down")
-	call := func(node string, now time.Time, err error, neutral bool) bool {
+	call := func(node string, now time.Time, err error, how Outcome) bool {
 		if !s.Get(node).Acquire(now) {
 			return false
 		}
-		s.Done(node, now, err, neutral)
+		s.Done(node, now, err, how)
 		return true
 	}
 	for range 3 {
-		call("a", t0, down, false)
-		call("a", t0, errors.New("bad input"), true)
+		call("a", t0, down, Fault)
+		call("a", t0, errors.New("bad input"), Neutral)
 	}
-	if call("a", t0, nil, false) {
+	if call("a", t0, nil, Fault) {
 		t.Error("node a: call let through while its circuit is open")
 	}
-	if !call("b", t0, nil, false) || !call("b", t0, down, false) || !call("b", t0, nil, false) {
+	if !call("b", t0, nil, Fault) || !call("b", t0, down, Fault) || !call("b", t0, nil, Fault) {
 		t.Error("node b: refused while only node a failed")
 	}
 	if s.Open() != 1 {
@@ -44,7 +44,7 @@ func TestSetKeepsNodesApart(t *testing.T) {
 	if node, st, ok := s.Worst(t0); !ok || node != "a" || st.Failures != 2 || !errors.Is(st.LastErr, down) {
 		t.Errorf("Worst = %q %+v %v, want a with 2 failures", node, st, ok)
 	}
-	if !call("a", t0.Add(time.Second), nil, false) {
+	if !call("a", t0.Add(time.Second), nil, Fault) {
 		t.Error("node a: probe refused after the cool-down")
 	}
 	if _, _, ok := s.Worst(t0.Add(time.Second)); ok || s.Open() != 0 {
@@ -67,7 +67,7 @@ func TestSetReset(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for _, n := range []string{"a", "b"} {
 		s.Get(n).Acquire(t0)
-		s.Done(n, t0, errors.New("down"), false)
+		s.Done(n, t0, errors.New("down"), Fault)
 	}
 	s.Reset()
 	if s.Open() != 0 || closed != 2 || !s.Get("a").Acquire(t0) {
@@ -97,10 +97,10 @@ func TestSetRetainForgetsGoneNodes(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for _, n := range []string{"a", "b"} {
 		s.Get(n).Acquire(t0)
-		s.Done(n, t0, errors.New("down"), false)
+		s.Done(n, t0, errors.New("down"), Fault)
 	}
 	s.Get("c").Acquire(t0)
-	s.Done("c", t0, nil, false)
+	s.Done("c", t0, nil, Fault)
 	s.Retain([]string{"b", "c", "d"})
 	if s.Open() != 1 {
 		t.Errorf("Open() = %d after a's node left, want 1 (b)", s.Open())
@@ -127,7 +127,7 @@ func TestSetPruneDue(t *testing.T) {
 		t.Error("due with every circuit closed")
 	}
 	s.Get("a").Acquire(t0)
-	s.Done("a", t0, errors.New("down"), false)
+	s.Done("a", t0, errors.New("down"), Fault)
 	for _, c := range []struct {
 		at   time.Duration
 		want bool
@@ -145,7 +145,7 @@ func TestSetPrune(t *testing.T) {
 	s, _ := NewSet(1, time.Second, nil)
 	t0 := time.Unix(1000, 0)
 	s.Get("a").Acquire(t0)
-	s.Done("a", t0, errors.New("down"), false)
+	s.Done("a", t0, errors.New("down"), Fault)
 	failed := make(chan struct{})
 	s.Prune(t0, func(context.Context) ([]string, error) {
 		defer close(failed)
@@ -173,5 +173,39 @@ func TestSetPrune(t *testing.T) {
 			t.Fatalf("a's node left: Open() = %d 5s later, want 0", s.Open())
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSetUnservedNeverOpens: a call the backend as a whole could not serve
+// failed (Done says so, for counting) but never opens the node's circuit,
+// and frees a probe slot.
+func TestSetUnservedNeverOpens(t *testing.T) {
+	t.Parallel()
+	s, _ := NewSet(2, time.Second, nil)
+	t0 := time.Unix(1000, 0)
+	down := errors.New("CLUSTERDOWN The cluster is down")
+	for i := range 10 {
+		if !s.Get("a").Acquire(t0) {
+			t.Fatalf("call %d refused after %d unserved calls", i, i)
+		}
+		if !s.Done("a", t0, down, Unserved) {
+			t.Fatalf("call %d: Done does not report the unserved call as failed", i)
+		}
+	}
+	if s.Open() != 0 {
+		t.Errorf("Open() = %d after unserved calls, want 0", s.Open())
+	}
+	// Opened by faults, a probe that is unserved leaves the slot free.
+	for range 2 {
+		s.Get("a").Acquire(t0)
+		s.Done("a", t0, errors.New("timeout"), Fault)
+	}
+	probe := t0.Add(time.Second)
+	if !s.Get("a").Acquire(probe) {
+		t.Fatal("probe refused after the cool-down")
+	}
+	s.Done("a", probe, down, Unserved)
+	if !s.Get("a").Acquire(probe) {
+		t.Error("probe slot still taken after an unserved probe")
 	}
 }

@@ -206,8 +206,7 @@ func (s *Store) call(ctx context.Context, scope, key string, f func() error) err
 			idempotency.ErrUnavailable, nodeName(node), st.Failures, st.LastErr)
 	}
 	err := f()
-	down := s.router != nil && err != nil && s.router.ClusterDown(err)
-	if s.br.Done(node, s.now(), err, down || neutral(ctx, err)) || down {
+	if s.br.Done(node, s.now(), err, s.outcome(ctx, err)) {
 		s.m.errors.Inc()
 		s.onErr(node, err)
 		s.refresh()
@@ -230,6 +229,17 @@ func nodeName(node string) string {
 		return ""
 	}
 	return " for node " + node
+}
+
+// outcome says what an inner store's error tells of the node that gave it.
+func (s *Store) outcome(ctx context.Context, err error) breaker.Outcome {
+	switch {
+	case err != nil && neutral(ctx, err):
+		return breaker.Neutral
+	case s.router != nil && err != nil && s.router.ClusterDown(err):
+		return breaker.Unserved
+	}
+	return breaker.Fault
 }
 
 // neutral reports errors that say nothing about the backend's health: the

@@ -216,9 +216,8 @@ func (s *Store) decideOn(ctx context.Context, node string, reqs []ratelimit.Requ
 		return d, false, err
 	}
 	d, err := s.callPrimary(ctx, reqs)
-	neutral := err != nil && isCallerError(ctx, err)
-	down := !neutral && s.clusterDown(err)
-	if s.br.Done(node, s.now(), err, neutral || down) || down {
+	how := s.outcome(ctx, err)
+	if s.br.Done(node, s.now(), err, how) {
 		s.m.errors.Inc()
 		s.onError(node, err)
 		s.refresh()
@@ -227,7 +226,7 @@ func (s *Store) decideOn(ctx context.Context, node string, reqs []ratelimit.Requ
 	switch {
 	case err == nil:
 		return d, true, nil
-	case neutral:
+	case how == breaker.Neutral:
 		return nil, false, err
 	}
 	d, err = s.degraded(ctx, reqs, reasonError)
@@ -245,6 +244,17 @@ func (s *Store) callPrimary(ctx context.Context, reqs []ratelimit.Request) ([]ra
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return s.primary.AllowBatch(ctx, reqs)
+}
+
+// outcome says what a primary's error tells of the node that gave it.
+func (s *Store) outcome(ctx context.Context, err error) breaker.Outcome {
+	switch {
+	case err != nil && isCallerError(ctx, err):
+		return breaker.Neutral
+	case s.clusterDown(err):
+		return breaker.Unserved
+	}
+	return breaker.Fault
 }
 
 // isCallerError reports errors that say nothing about the primary's health:
