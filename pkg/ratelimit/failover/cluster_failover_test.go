@@ -172,7 +172,7 @@ func checkHealthyMasters(t *testing.T, errs []nodeErr, opened map[string]bool, h
 		if strings.Contains(e.err, "CROSSSLOT") {
 			t.Errorf("a call failed with CROSSSLOT: %s", e.err)
 		}
-		if !strings.HasPrefix(e.err, "CLUSTERDOWN") {
+		if !isClusterDown(e.err) {
 			nodeErrs[e.node]++
 		}
 		kinds[e.node+": "+e.err[:min(len(e.err), 40)]]++
