@@ -57,15 +57,15 @@ func (s *Set) Get(node string) *Breaker {
 type Outcome int
 
 const (
-	// Fault: the node failed (an error, a timeout); it counts towards
+	// Fault means the node failed (an error, a timeout); it counts towards
 	// opening the node's circuit.
 	Fault Outcome = iota
-	// Neutral: nothing about the backend (bad input, a caller that went
-	// away); not a failure.
+	// Neutral means the error says nothing about the backend (bad input, a
+	// caller that went away); not a failure.
 	Neutral
-	// Unserved: the node answered, but the backend as a whole cannot serve
-	// (a Redis Cluster's CLUSTERDOWN). The call failed, the node did not:
-	// opening its circuit would only keep it away after the backend
+	// Unserved means the node answered, but the backend as a whole cannot
+	// serve (a Redis Cluster's CLUSTERDOWN). The call failed, the node did
+	// not: opening its circuit would only keep it away after the backend
 	// recovers.
 	Unserved
 )
