@@ -26,6 +26,9 @@ type idempotencyDeps struct {
 	events *authz.IdempotencyMetrics
 }
 
+// The guard keeps one breaker per cluster master through this.
+var _ guard.Router = (*idemredis.Store)(nil)
+
 // newIdempotency builds the idempotency store beside the rate-limit store:
 // in Redis on the same client when EXTAUTHZ_REDIS_URL is set (keys
 // <prefix>:idem:{...}; the client is closed with the rate-limit store),
@@ -58,8 +61,8 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	}
 	store, err := guard.New(rs, guard.Options{
 		Registerer: reg, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
-		OnError:  func(err error) { rb.events.onError("idempotency", "", err) },
-		OnChange: func(open bool, err error) { rb.events.onChange("idempotency", "", open, err) },
+		OnError:  func(node string, err error) { rb.events.onError("idempotency", node, err) },
+		OnChange: func(node string, open bool, err error) { rb.events.onChange("idempotency", node, open, err) },
 	})
 	if err != nil {
 		return idempotencyDeps{}, err

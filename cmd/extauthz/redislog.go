@@ -9,14 +9,9 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// redisLogEvery is how often one kind of Redis error is logged again
-// while it keeps happening (with the count since the last line).
-const redisLogEvery = time.Minute
 
 // redisEvents tells the operator about Redis trouble that metrics alone
 // would hide: the first error of each kind (timeout, connection, a Redis
@@ -26,22 +21,16 @@ const redisLogEvery = time.Minute
 // EXTAUTHZ_REDIS_CLUSTER=true: that is logged at ERROR and fails readiness
 // from then on, since most keys would never reach Redis.
 type redisEvents struct {
-	log     *slog.Logger
-	cluster bool
-	now     func() time.Time
+	*throttledLog // errors, by store and kind
+	log           *slog.Logger
+	cluster       bool
 
 	mu    sync.Mutex
-	kinds map[string]*errorKind
 	moved error
 }
 
-type errorKind struct {
-	logged     time.Time
-	suppressed int
-}
-
 func newRedisEvents(log *slog.Logger, cluster bool) *redisEvents {
-	return &redisEvents{log: log, cluster: cluster, now: time.Now, kinds: map[string]*errorKind{}}
+	return &redisEvents{throttledLog: newThrottledLog(log), log: log, cluster: cluster}
 }
 
 // onError is told of one failed Redis call of a store ("ratelimit",
@@ -52,23 +41,7 @@ func (e *redisEvents) onError(store, node string, err error) {
 		return
 	}
 	kind := redisErrorKind(err)
-	e.mu.Lock()
-	k, seen := e.kinds[store+" "+kind]
-	if !seen {
-		k = &errorKind{}
-		e.kinds[store+" "+kind] = k
-	}
-	now := e.now()
-	if seen && now.Sub(k.logged) < redisLogEvery {
-		k.suppressed++
-		e.mu.Unlock()
-		return
-	}
-	suppressed := k.suppressed
-	k.logged, k.suppressed = now, 0
-	e.mu.Unlock()
-	e.log.Warn("redis error", "store", store, "kind", kind, "node", node, "err", err,
-		"more_since_last_logged", suppressed)
+	e.warn(store+" "+kind, "redis error", "store", store, "kind", kind, "node", node, "err", err)
 }
 
 // onChange is told of a circuit breaker opening or closing.

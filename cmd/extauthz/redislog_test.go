@@ -36,7 +36,7 @@ func TestRedisEventsLogOncePerKind(t *testing.T) {
 	if got := strings.Count(buf.String(), "level=WARN"); got != 3 {
 		t.Fatalf("%d WARN lines, want 3 (ratelimit timeout, ratelimit other, idempotency timeout):\n%s", got, buf.String())
 	}
-	now = now.Add(redisLogEvery)
+	now = now.Add(logEvery)
 	e.onError("ratelimit", "n1", timeout)
 	if !strings.Contains(buf.String(), "more_since_last_logged=4") {
 		t.Errorf("a minute later: want a line counting the 4 unlogged timeouts:\n%s", buf.String())

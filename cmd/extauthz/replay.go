@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
@@ -23,12 +25,20 @@ type replayDeps struct {
 // newReplay builds the blob store and, with one, the replay endpoint on
 // EXTAUTHZ_REPLAY_ADDR. The replay server has no write timeout: a body of
 // 100 MiB to a slow client takes as long as it takes; Envoy's route
-// timeout bounds it.
-func newReplay(ctx context.Context, cfg Config, idem idempotencyDeps, log *slog.Logger) (replayDeps, error) {
+// timeout bounds it. The store's failures are logged and counted
+// (blobEvents): its callers degrade quietly (a large reply becomes not
+// replayable), so nothing else would show them.
+func newReplay(ctx context.Context, cfg Config, idem idempotencyDeps, reg prometheus.Registerer, log *slog.Logger) (replayDeps, error) {
+	// Registered without a bucket too: dashboards and alerts see zeros.
+	events, err := newBlobEvents(reg, log)
+	if err != nil {
+		return replayDeps{}, err
+	}
 	blobs, err := newBlobStore(ctx, cfg, log)
 	if err != nil || blobs == nil {
 		return replayDeps{}, err
 	}
+	blobs = blob.Observe(blobs, events.onError)
 	if cfg.ReplaySecret == "" {
 		log.Warn("EXTAUTHZ_REPLAY_SECRET is empty: replay tickets are signed with a per-process key; with more than one replica, set the same secret on all")
 	}

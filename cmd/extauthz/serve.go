@@ -93,7 +93,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	rp, err := newReplay(ctx, cfg, idem, log)
+	rp, err := newReplay(ctx, cfg, idem, reg, log)
 	if err != nil {
 		return err
 	}

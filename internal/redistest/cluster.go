@@ -51,6 +51,15 @@ func NewClusterWithReplicas(tb testing.TB) *Cluster {
 	return newCluster(tb, 1, 2000, "--cluster-require-full-coverage", "no")
 }
 
+// NewClusterWithReplicasFullCoverage is NewClusterWithReplicas with Redis's
+// default cluster-require-full-coverage yes, as most clusters run: from the
+// moment a master is marked FAIL until its replica is promoted every node
+// answers CLUSTERDOWN, whichever master owns the key.
+func NewClusterWithReplicasFullCoverage(tb testing.TB) *Cluster {
+	tb.Helper()
+	return newCluster(tb, 1, 2000, "--cluster-require-full-coverage", "yes")
+}
+
 func newCluster(tb testing.TB, replicas, nodeTimeoutMS int, extra ...string) *Cluster {
 	tb.Helper()
 	bin := findBin(tb, "REDIS_SERVER_BIN", "redis-server")

@@ -116,7 +116,8 @@ func renderSidecar(t *testing.T, tgt target, app string) *sidecar {
 			}
 		}
 	}
-	hcm.HttpFilters = append(filters, &hcmv3.HttpFilter{Name: routerName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerv3.Router{})}})
+	filters = append(filters, &hcmv3.HttpFilter{Name: routerName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerv3.Router{})}})
+	hcm.HttpFilters = filters
 	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: "inbound|8080||", VirtualHosts: []*routev3.VirtualHost{vhost}}}
 	return sc
 }

@@ -15,6 +15,15 @@
 // (ErrLeaseLost, ErrInvalidKey, ErrInvalidTTL, ErrInvalidResponse,
 // ErrTooLarge), ErrClosed and a caller that cancelled say nothing about the
 // backend's health.
+//
+// An inner store spread over several nodes (a Redis Cluster; see Router)
+// gets one breaker per node, as the rate-limit side has (package failover,
+// with the same internal/breaker Set): a failing master refuses only the
+// keys it holds, its failures ask for the slot map to be reloaded, and the
+// breakers of masters that left the map are forgotten. A CLUSTERDOWN
+// answer is the cluster's state, not the answering node's fault: it is
+// returned (the route's failure_mode applies) but does not count, so the
+// node is asked again the moment the cluster is ok.
 package guard
 
 import (
@@ -50,21 +59,43 @@ type Options struct {
 	CoolDown time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// OnChange, when set, is told when the circuit opens (with the error
-	// that opened it) and closes again; callers log it.
-	OnChange func(open bool, err error)
-	// OnError, when set, is told of every backend failure; callers log it.
-	OnError func(err error)
+	// OnChange, when set, is told when a node's circuit opens (with the
+	// error that opened it) and closes again; callers log it. The node is
+	// "" unless the inner store is a Router.
+	OnChange func(node string, open bool, err error)
+	// OnError, when set, is told of every backend failure and the node it
+	// came from; callers log it.
+	OnError func(node string, err error)
+}
+
+// Router is implemented by inner stores spread over several backend nodes
+// (a Redis Cluster): the Store then keeps one circuit breaker per node.
+type Router interface {
+	// Node names the node that holds the record of scope and key now, e.g.
+	// the address of the master owning its slot; "" when unknown.
+	Node(ctx context.Context, scope, key string) string
+	// Refresh asks for the key-to-node map to be reloaded soon; it must be
+	// cheap and rate-limit itself (it is called on every failure).
+	Refresh()
+	// Nodes reloads the map and lists the nodes it names now; the breakers
+	// of the others are forgotten. Called at most once per cool-down, while
+	// a circuit is open.
+	Nodes(ctx context.Context) ([]string, error)
+	// ClusterDown reports an error that is the state of the whole backend
+	// (a Redis Cluster's CLUSTERDOWN), not a fault of the node that
+	// answered: it does not count against the node's breaker.
+	ClusterDown(err error) bool
 }
 
 // Store is an idempotency.Store that fails fast while its inner store keeps
 // failing. It owns the inner store: Close closes it.
 type Store struct {
-	inner idempotency.Store
-	br    *breaker.Set // one node: the store as a whole
-	now   func() time.Time
-	onErr func(error)
-	m     metrics
+	inner  idempotency.Store
+	router Router       // nil: one node, ""
+	br     *breaker.Set // one breaker per node
+	now    func() time.Time
+	onErr  func(node string, err error)
+	m      metrics
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -79,20 +110,21 @@ func New(inner idempotency.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	br, err := breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(_ string, open bool, err error) {
-		m.circuitOpen.Set(gauge(open))
+	s := &Store{inner: inner, now: opts.Now, onErr: opts.OnError, m: m}
+	s.router, _ = inner.(Router)
+	s.br, err = breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(node string, open bool, err error) {
+		s.m.circuitOpen.Set(float64(s.br.Open()))
 		if opts.OnChange != nil {
-			opts.OnChange(open, err)
+			opts.OnChange(node, open, err)
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	onErr := opts.OnError
-	if onErr == nil {
-		onErr = func(error) {}
+	if s.onErr == nil {
+		s.onErr = func(string, error) {}
 	}
-	return &Store{inner: inner, br: br, now: opts.Now, onErr: onErr, m: m}, nil
+	return s, nil
 }
 
 func withDefaults(inner idempotency.Store, o Options) (Options, error) {
@@ -122,7 +154,7 @@ func (s *Store) Begin(ctx context.Context, scope, key string, fp idempotency.Fin
 		return idempotency.Outcome{}, err
 	}
 	var o idempotency.Outcome
-	err := s.call(ctx, func() (err error) {
+	err := s.call(ctx, scope, key, func() (err error) {
 		o, err = s.inner.Begin(ctx, scope, key, fp, ttls)
 		return err
 	})
@@ -138,7 +170,7 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, resp idem
 	if err := idempotency.CheckResponse(resp, 0); err != nil {
 		return err
 	}
-	return s.call(ctx, func() error { return s.inner.Complete(ctx, lease, resp) })
+	return s.call(ctx, lease.Scope, lease.Key, func() error { return s.inner.Complete(ctx, lease, resp) })
 }
 
 // Release calls the inner store's Release unless the circuit is open.
@@ -146,7 +178,7 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease) error {
 	if err := idempotency.CheckLease(lease); err != nil {
 		return err
 	}
-	return s.call(ctx, func() error { return s.inner.Release(ctx, lease) })
+	return s.call(ctx, lease.Scope, lease.Key, func() error { return s.inner.Release(ctx, lease) })
 }
 
 // Renew calls the inner store's Renew unless the circuit is open.
@@ -154,25 +186,60 @@ func (s *Store) Renew(ctx context.Context, lease idempotency.Lease) error {
 	if err := idempotency.CheckLease(lease); err != nil {
 		return err
 	}
-	return s.call(ctx, func() error { return s.inner.Renew(ctx, lease) })
+	return s.call(ctx, lease.Scope, lease.Key, func() error { return s.inner.Renew(ctx, lease) })
 }
 
 // Close closes the inner store.
 func (s *Store) Close() error { return s.inner.Close() }
 
-// call runs f through the breaker and records its outcome.
-func (s *Store) call(ctx context.Context, f func() error) error {
-	if b := s.br.Get(""); !b.Acquire(s.now()) {
+// call runs f, a call about the record of scope and key, through its
+// node's breaker and records its outcome.
+func (s *Store) call(ctx context.Context, scope, key string, f func() error) error {
+	node := ""
+	if s.router != nil {
+		node = s.router.Node(ctx, scope, key)
+	}
+	if b := s.br.Get(node); !b.Acquire(s.now()) {
+		s.refresh() // the node may have been replaced meanwhile
 		st := b.State()
-		return fmt.Errorf("%w: circuit open after %d consecutive failures, last: %v",
-			idempotency.ErrUnavailable, st.Failures, st.LastErr)
+		return fmt.Errorf("%w: circuit open%s after %d consecutive failures, last: %v",
+			idempotency.ErrUnavailable, nodeName(node), st.Failures, st.LastErr)
 	}
 	err := f()
-	if s.br.Done("", s.now(), err, neutral(ctx, err)) {
+	if s.br.Done(node, s.now(), err, s.outcome(ctx, err)) {
 		s.m.errors.Inc()
-		s.onErr(err)
+		s.onErr(node, err)
+		s.refresh()
+	}
+	if s.router != nil {
+		s.br.Prune(s.now(), s.router.Nodes)
 	}
 	return err
+}
+
+// refresh asks a Router inner store to reload its key-to-node map.
+func (s *Store) refresh() {
+	if s.router != nil {
+		s.router.Refresh()
+	}
+}
+
+func nodeName(node string) string {
+	if node == "" {
+		return ""
+	}
+	return " for node " + node
+}
+
+// outcome says what an inner store's error tells of the node that gave it.
+func (s *Store) outcome(ctx context.Context, err error) breaker.Outcome {
+	switch {
+	case err != nil && neutral(ctx, err):
+		return breaker.Neutral
+	case s.router != nil && err != nil && s.router.ClusterDown(err):
+		return breaker.Unserved
+	}
+	return breaker.Fault
 }
 
 // neutral reports errors that say nothing about the backend's health: the
@@ -189,12 +256,4 @@ func neutral(ctx context.Context, err error) bool {
 		}
 	}
 	return errors.Is(err, context.Canceled) && ctx.Err() != nil
-}
-
-// gauge is a boolean as a gauge's value.
-func gauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

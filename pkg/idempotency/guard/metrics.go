@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		}),
 		circuitOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "extauthz_idempotency_store_circuit_open",
-			Help: "1 while the circuit breaker refuses idempotency store calls after consecutive failures.",
+			Help: "Redis nodes (cluster masters; 1 for one server) whose circuit breaker refuses idempotency store calls after consecutive failures.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.errors, m.circuitOpen} {

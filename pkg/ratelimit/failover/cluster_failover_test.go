@@ -27,13 +27,28 @@ import (
 // TestClusterMasterKilled: SIGKILL, the replica is promoted.
 // Not parallel: each runs six servers under load.
 func TestClusterMasterKilled(t *testing.T) {
-	runFailover(t, failover.Open, (*redistest.Server).Kill)
+	for _, c := range coverages {
+		t.Run(c.name, func(t *testing.T) { runFailover(t, c.start, failover.Open, (*redistest.Server).Kill) })
+	}
 }
 
 // TestClusterMasterHung: SIGSTOP (connections stay open, nothing answers),
 // the replica is promoted; closed mode.
 func TestClusterMasterHung(t *testing.T) {
-	runFailover(t, failover.Closed, (*redistest.Server).Pause)
+	for _, c := range coverages {
+		t.Run(c.name, func(t *testing.T) { runFailover(t, c.start, failover.Closed, (*redistest.Server).Pause) })
+	}
+}
+
+// coverages are the two settings of cluster-require-full-coverage: Redis's
+// default (every master answers CLUSTERDOWN while a master is down and not
+// yet replaced), and no.
+var coverages = []struct {
+	name  string
+	start func(testing.TB) *redistest.Cluster
+}{
+	{"full-coverage-yes", redistest.NewClusterWithReplicasFullCoverage},
+	{"full-coverage-no", redistest.NewClusterWithReplicas},
 }
 
 // failoverKeys is how many keys the load spreads over.
@@ -47,9 +62,9 @@ type decision struct {
 	allowed     bool
 }
 
-func runFailover(t *testing.T, mode failover.Mode, takeDown func(*redistest.Server)) {
-	cl := redistest.NewClusterWithReplicas(t)
-	st, rs, client, events := clusterStack(t, cl, mode)
+func runFailover(t *testing.T, start func(testing.TB) *redistest.Cluster, mode failover.Mode, takeDown func(*redistest.Server)) {
+	cl := start(t)
+	st, rs, client, events, reg := clusterStack(t, cl, mode)
 	ctx := context.Background()
 
 	victim := cl.Nodes[1]
@@ -72,17 +87,20 @@ func runFailover(t *testing.T, mode failover.Mode, takeDown func(*redistest.Serv
 	}
 	time.Sleep(500 * time.Millisecond)
 	goroutines, conns := runtime.NumGoroutine(), client.PoolStats().TotalConns
+	watch := watchClusterState(cl, victim) // cluster_state_test.go
 	downAt := time.Now()
 	takeDown(victim)
 	promotedAt := waitPromoted(t, replica, 30*time.Second)
 	backAt := waitBack(rec, onVictim, downAt, promotedAt)
 	close(stop)
 	wg.Wait()
+	windows := watch()
 	t.Logf("%s: replica promoted %s after the master went down", mode, promotedAt.Sub(downAt).Round(time.Millisecond))
 
 	healthyOff := tallyOffRedis(t, mode, rec, onVictim, nodeOf)
 	errs, opened := events()
 	checkHealthyMasters(t, errs, opened, healthyOff, victim.Addr, replica.Addr)
+	checkDownWindows(t, rec, onVictim, nodeOf, windows, errs)
 	if backAt.IsZero() {
 		t.Fatalf("the lost master's keys never went back to Redis in the 15 s after the promotion")
 	}
@@ -93,6 +111,7 @@ func runFailover(t *testing.T, mode failover.Mode, takeDown func(*redistest.Serv
 	if back > 10*time.Second {
 		t.Errorf("the lost master's keys went back to Redis %s after the promotion", back)
 	}
+	waitCircuitsClosed(t, reg, 5*time.Second)
 	victim.Resume() // a paused master rejoins (as a replica); a killed one stays down
 	checkNoGrowth(t, client, goroutines, conns)
 }
@@ -141,8 +160,10 @@ func tallyOffRedis(t *testing.T, mode failover.Mode, rec *recorder, onVictim []b
 }
 
 // checkHealthyMasters: a healthy master's keys are decided by it alone, so
-// only its own failures (timeouts on a loaded test machine) may send them
-// to the failure mode, and only its own failures open its breaker.
+// only its own failures (timeouts on a loaded test machine, or CLUSTERDOWN
+// while the cluster is down; see checkDownWindows) may send them to the
+// failure mode, and only its own failures other than CLUSTERDOWN (which
+// says nothing of the node that answered it) open its breaker.
 func checkHealthyMasters(t *testing.T, errs []nodeErr, opened map[string]bool, healthyOff map[string]int, victim, replica string) {
 	t.Helper()
 	nodeErrs := map[string]int{}
@@ -151,12 +172,14 @@ func checkHealthyMasters(t *testing.T, errs []nodeErr, opened map[string]bool, h
 		if strings.Contains(e.err, "CROSSSLOT") {
 			t.Errorf("a call failed with CROSSSLOT: %s", e.err)
 		}
-		nodeErrs[e.node]++
+		if !isClusterDown(e.err) {
+			nodeErrs[e.node]++
+		}
 		kinds[e.node+": "+e.err[:min(len(e.err), 40)]]++
 	}
 	t.Logf("errors: %v", kinds)
 	for node, n := range healthyOff {
-		if nodeErrs[node] == 0 {
+		if nodeErrs[node] == 0 && !clusterDownSeen(errs, node) {
 			t.Errorf("%d decisions on keys of healthy master %s were taken without Redis, which never failed", n, node)
 		}
 	}
@@ -231,9 +254,9 @@ type nodeErr struct{ node, err string }
 
 // clusterStack is the production stack on the cluster, with timeouts that
 // a loaded test machine meets; it returns the failover store, the Redis
-// store (for Node), the client, and a function returning the failures the
-// store reported and the nodes whose breaker opened.
-func clusterStack(t *testing.T, cl *redistest.Cluster, mode failover.Mode) (*failover.Store, *redisstore.Store, *redis.ClusterClient, func() ([]nodeErr, map[string]bool)) {
+// store (for Node), the client, a function returning the failures the
+// store reported and the nodes whose breaker opened, and the registry.
+func clusterStack(t *testing.T, cl *redistest.Cluster, mode failover.Mode) (*failover.Store, *redisstore.Store, *redis.ClusterClient, func() ([]nodeErr, map[string]bool), *prometheus.Registry) {
 	t.Helper()
 	uc, err := redisclient.New(redisclient.Options{
 		URL: cl.URL, Cluster: true, ReadTimeout: time.Second, WriteTimeout: time.Second,
@@ -249,7 +272,8 @@ func clusterStack(t *testing.T, cl *redistest.Cluster, mode failover.Mode) (*fai
 	var mu sync.Mutex
 	var errs []nodeErr
 	opened := map[string]bool{}
-	opts := failover.Options{Mode: mode, Registerer: prometheus.NewRegistry(), CallTimeout: time.Second,
+	reg := prometheus.NewRegistry()
+	opts := failover.Options{Mode: mode, Registerer: reg, CallTimeout: time.Second,
 		OnError: func(node string, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -273,7 +297,7 @@ func clusterStack(t *testing.T, cl *redistest.Cluster, mode failover.Mode) (*fai
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]nodeErr(nil), errs...), maps.Clone(opened)
-	}
+	}, reg
 }
 
 // replicaOf returns the replica of master.

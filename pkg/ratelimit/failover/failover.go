@@ -8,7 +8,12 @@
 // one breaker per node: a failing master affects only the keys it holds,
 // and its failures ask the primary to refresh its key-to-node map, so that
 // once a replica is promoted its keys route to it (a new node, with a
-// closed breaker) without waiting for the old node's cool-down.
+// closed breaker) without waiting for the old node's cool-down; the old
+// node's breaker is then forgotten. An answer that is the cluster's state
+// (CLUSTERDOWN, which every master of a cluster with
+// cluster-require-full-coverage yes gives until the replica is promoted)
+// goes to the failure mode without counting against the node that gave it,
+// so healthy masters decide again the moment the cluster is ok.
 //
 // Only backend failures fall back: invalid input is returned to the caller,
 // and a caller that went away gets its context error.
@@ -211,16 +216,17 @@ func (s *Store) decideOn(ctx context.Context, node string, reqs []ratelimit.Requ
 		return d, false, err
 	}
 	d, err := s.callPrimary(ctx, reqs)
-	neutral := err != nil && isCallerError(ctx, err)
-	if s.br.Done(node, s.now(), err, neutral) {
+	how := s.outcome(ctx, err)
+	if s.br.Done(node, s.now(), err, how) {
 		s.m.errors.Inc()
 		s.onError(node, err)
 		s.refresh()
 	}
+	s.prune()
 	switch {
 	case err == nil:
 		return d, true, nil
-	case neutral:
+	case how == breaker.Neutral:
 		return nil, false, err
 	}
 	d, err = s.degraded(ctx, reqs, reasonError)
@@ -238,6 +244,17 @@ func (s *Store) callPrimary(ctx context.Context, reqs []ratelimit.Request) ([]ra
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return s.primary.AllowBatch(ctx, reqs)
+}
+
+// outcome says what a primary's error tells of the node that gave it.
+func (s *Store) outcome(ctx context.Context, err error) breaker.Outcome {
+	switch {
+	case err != nil && isCallerError(ctx, err):
+		return breaker.Neutral
+	case s.clusterDown(err):
+		return breaker.Unserved
+	}
+	return breaker.Fault
 }
 
 // isCallerError reports errors that say nothing about the primary's health:

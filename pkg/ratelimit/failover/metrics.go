@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer, mode Mode) (metrics, error) {
 		}, []string{"reason"}),
 		circuitOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "extauthz_redis_circuit_open",
-			Help: "1 while the circuit breaker skips Redis after consecutive failures.",
+			Help: "Redis nodes (cluster masters; 1 for one server) whose circuit breaker skips them after consecutive failures; nodes that left the slot map are not counted.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.errors, m.fallbacks, m.circuitOpen} {

@@ -17,6 +17,16 @@ type Router interface {
 	// failure that may mean a node was replaced. It must be cheap and
 	// rate-limit itself: it is called on every failed or refused call.
 	Refresh()
+	// Nodes reloads the key-to-node map and lists the nodes it names now;
+	// the breakers of the others are forgotten. It may take a round trip:
+	// it is called at most once per cool-down, while a circuit is open.
+	Nodes(ctx context.Context) ([]string, error)
+	// ClusterDown reports an error that is a state of the whole backend,
+	// not a fault of the node that answered (a Redis Cluster's
+	// CLUSTERDOWN). Such an error sends the call to the failure mode but
+	// does not count against the node's breaker, so the node decides again
+	// as soon as the backend recovers, with no cool-down to wait out.
+	ClusterDown(err error) bool
 }
 
 // group is the requests of one batch that one node decides.
@@ -86,6 +96,21 @@ func (s *Store) refresh() {
 	if r, ok := s.primary.(Router); ok {
 		r.Refresh()
 	}
+}
+
+// prune forgets, in the background, the breakers of nodes a Router primary
+// no longer names (see breaker.Set.Prune).
+func (s *Store) prune() {
+	if r, ok := s.primary.(Router); ok {
+		s.br.Prune(s.now(), r.Nodes)
+	}
+}
+
+// clusterDown reports an error a Router primary calls a state of the
+// whole backend.
+func (s *Store) clusterDown(err error) bool {
+	r, ok := s.primary.(Router)
+	return ok && err != nil && r.ClusterDown(err)
 }
 
 func allIndexes(n int) []int {
