@@ -28,6 +28,9 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	client, err := redisclient.New(redisclient.Options{
 		URL:                   cfg.RedisURL,
 		Cluster:               cfg.RedisCluster,
+		SentinelAddrs:         cfg.sentinelAddrs(),
+		SentinelMaster:        cfg.RedisSentinelMaster,
+		SentinelPassword:      cfg.RedisSentinelPassword,
 		PoolSize:              cfg.RedisPoolSize,
 		DialTimeout:           cfg.RedisDialTimeout,
 		ReadTimeout:           cfg.RedisReadTimeout,
@@ -49,7 +52,7 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	}
 	// The URL may hold a password: log only what it selects.
 	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
-		"failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
+		"sentinels", cfg.sentinelAddrs(), "sentinel_master", cfg.RedisSentinelMaster, "failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
 	return &redisBacked{Store: store, client: client, events: events}, nil
 }
 
