@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/extauthz/extauthz/internal/redisclient"
+	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
@@ -53,7 +54,8 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	// The URL may hold a password: log only what it selects.
 	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
 		"sentinels", cfg.sentinelAddrs(), "sentinel_master", cfg.RedisSentinelMaster, "failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
-	return &redisBacked{Store: store, client: client, events: events}, nil
+	scripts := append(redisstore.Scripts(), idemredis.Scripts()...)
+	return &redisBacked{Store: store, client: client, events: events, scripts: scripts, warmConns: cfg.warmConnCount()}, nil
 }
 
 // redisStack wraps the Redis store in the failure mode and the local cache.
@@ -107,6 +109,16 @@ type redisBacked struct {
 	ratelimit.Store
 	client redis.UniversalClient
 	events *redisEvents
+	// scripts are both stores' (the idempotency store shares client).
+	scripts   []string
+	warmConns int
+}
+
+// Warm dials connections and loads both stores' scripts on every master
+// (redisclient.Warm), so that the first calls after readiness are decided
+// on Redis, not in the failure mode.
+func (r *redisBacked) Warm(ctx context.Context) error {
+	return redisclient.Warm(ctx, r.client, r.scripts, r.warmConns)
 }
 
 func (r *redisBacked) Ready(ctx context.Context) error {
