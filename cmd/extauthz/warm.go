@@ -79,33 +79,117 @@ func (s *server) startWarmUp(ctx context.Context, attempt time.Duration) {
 
 func (s *server) runWarmUp(ctx context.Context, w warmer, attempt time.Duration) {
 	begin := time.Now()
-	for try := 1; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, attempt)
-		err := w.Warm(actx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
+	tries, ok := retryWarm(ctx, w.Warm, attempt, func(try int, err error) {
 		s.warm.mu.Lock()
-		s.warm.done, s.warm.err = err == nil, err
+		s.warm.err = err
 		s.warm.mu.Unlock()
-		if err == nil {
-			// After a SIGTERM the health server ignores this (Shutdown).
-			s.setServing(healthpb.HealthCheckResponse_SERVING)
-			s.log.Info("redis warmed up: connections open, scripts loaded; serving",
-				"elapsed", time.Since(begin).Round(time.Millisecond), "attempts", try)
-			return
-		}
 		if try == 1 {
 			s.log.Warn("redis warm-up failed: not serving until it succeeds, retrying", "err", err,
 				"attempt_timeout", attempt, "retry_pause", warmRetryPause)
 		}
+	})
+	if !ok {
+		return
+	}
+	s.warm.mu.Lock()
+	s.warm.done, s.warm.err = true, nil
+	s.warm.mu.Unlock()
+	// After a SIGTERM the health server ignores this (Shutdown).
+	s.setServing(healthpb.HealthCheckResponse_SERVING)
+	s.log.Info("redis warmed up: connections open, scripts loaded; serving",
+		"elapsed", time.Since(begin).Round(time.Millisecond), "attempts", tries)
+}
+
+// retryWarm calls warm, each call bounded by attempt, until it succeeds
+// (ok) or ctx ends, pausing warmRetryPause after each failure, which it
+// reports to failed first.
+func retryWarm(ctx context.Context, warm func(context.Context) error, attempt time.Duration, failed func(try int, err error)) (tries int, ok bool) {
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		err := warm(actx)
+		cancel()
+		if ctx.Err() != nil {
+			return try, false
+		}
+		if err == nil {
+			return try, true
+		}
+		failed(try, err)
 		select {
 		case <-ctx.Done():
-			return
+			return try, false
 		case <-time.After(warmRetryPause):
 		}
 	}
+}
+
+// rewarmer warms the client again, in the background, while a circuit
+// breaker is open. After a failover (Sentinel or Cluster) or a Redis
+// restart, a call's own deadline (EXTAUTHZ_REDIS_CALL_TIMEOUT, 50 ms) must
+// cover asking a sentinel for the master, dialling, authenticating and
+// loading the script. On a busy machine it does not: each call times out
+// and throws its half-made connection away, and so does the breaker's one
+// probe a second, for as long as the load lasts (seen in
+// TestSentinelFailoverUnderLoad). Warm dials and loads under the Redis
+// timeouts instead, outside any call, so the next probe finds both ready.
+type rewarmer struct {
+	warm    func(context.Context) error
+	attempt time.Duration
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	open    map[string]bool // "store node" of each open breaker
+	running bool
+}
+
+func newRewarmer(warm func(context.Context) error, attempt time.Duration) *rewarmer {
+	ctx, stop := context.WithCancel(context.Background())
+	return &rewarmer{warm: warm, attempt: attempt, ctx: ctx, stop: stop, open: map[string]bool{}}
+}
+
+// breaker is told of a breaker opening or closing; the first to open
+// starts warming, which goes on until every breaker closed.
+func (r *rewarmer) breaker(store, node string, open bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if open {
+		r.open[store+" "+node] = true
+	} else {
+		delete(r.open, store+" "+node)
+	}
+	if !open || r.running || r.ctx.Err() != nil {
+		return
+	}
+	r.running = true
+	r.wg.Go(r.run)
+}
+
+// run warms until every breaker closed, warming at least once after each
+// success (a warm-up on the old master, just before the switch, does not
+// count: its connections are dropped).
+func (r *rewarmer) run() {
+	for {
+		_, ok := retryWarm(r.ctx, r.warm, r.attempt, func(int, error) {})
+		r.mu.Lock()
+		if !ok || len(r.open) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.ctx.Done():
+		case <-time.After(warmRetryPause):
+		}
+	}
+}
+
+// close stops warming and waits for the attempt under way.
+func (r *rewarmer) close() {
+	r.stop()
+	r.wg.Wait()
 }
 
 // setServing sets every registered service and the server ("") to status.

@@ -233,3 +233,39 @@ func TestWarmStartWaitsForRedis(t *testing.T) {
 		t.Errorf("the failed warm-up was not logged:\n%s", p.Logs())
 	}
 }
+
+// TestRewarmerWarmsWhileABreakerIsOpen: an opening breaker starts warming,
+// which repeats while any breaker is open and stops once all closed or the
+// store closes.
+func TestRewarmerWarmsWhileABreakerIsOpen(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	r := newRewarmer(func(context.Context) error { calls.Add(1); return nil }, time.Second)
+	defer r.close()
+	r.breaker("ratelimit", "", true)
+	r.breaker("idempotency", "", true)
+	deadline := time.Now().Add(10 * time.Second)
+	for calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("warmed %d times in 10s with breakers open, want repeatedly", calls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.breaker("ratelimit", "", false)
+	r.breaker("idempotency", "", false)
+	r.mu.Lock()
+	for r.running {
+		r.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("still warming 10s after every breaker closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+		r.mu.Lock()
+	}
+	r.mu.Unlock()
+	n := calls.Load()
+	time.Sleep(2 * warmRetryPause)
+	if calls.Load() != n {
+		t.Errorf("warmed %d more times with every breaker closed", calls.Load()-n)
+	}
+}
