@@ -229,3 +229,37 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestSentinelConfigRules: every misuse of the Sentinel variables is one
+// line naming the variable, and the sentinels' password never appears.
+func TestSentinelConfigRules(t *testing.T) {
+	t.Parallel()
+	ok := defaultConfig(t)
+	ok.RedisURL, ok.RedisSentinelAddrs, ok.RedisSentinelMaster, ok.RedisSentinelPassword = "redis://:pw@/0", "a:26379, b:26379", "m", "s3cret"
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid Sentinel config: %v", err)
+	}
+	if got := ok.sentinelAddrs(); len(got) != 2 || got[1] != "b:26379" {
+		t.Errorf("sentinelAddrs = %q", got)
+	}
+	for name, c := range map[string]struct {
+		edit func(*Config)
+		want string
+	}{
+		"URL with a host":      {func(c *Config) { c.RedisURL = "redis://:pw@redis:6379/0" }, "EXTAUTHZ_REDIS_URL="},
+		"no URL":               {func(c *Config) { c.RedisURL = "" }, "EXTAUTHZ_REDIS_SENTINEL_ADDRS="},
+		"cluster too":          {func(c *Config) { c.RedisCluster = true }, "EXTAUTHZ_REDIS_SENTINEL_ADDRS="},
+		"address without port": {func(c *Config) { c.RedisSentinelAddrs = "a:26379,b" }, "EXTAUTHZ_REDIS_SENTINEL_ADDRS="},
+		"no master":            {func(c *Config) { c.RedisSentinelMaster = "" }, "EXTAUTHZ_REDIS_SENTINEL_MASTER="},
+		"master alone":         {func(c *Config) { c.RedisSentinelAddrs = "" }, "EXTAUTHZ_REDIS_SENTINEL_MASTER="},
+		"password alone": {func(c *Config) { c.RedisSentinelAddrs, c.RedisSentinelMaster = "", "" },
+			"EXTAUTHZ_REDIS_SENTINEL_PASSWORD="},
+	} {
+		cfg := ok
+		c.edit(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: Validate() = %v; want a line naming %s, without the password", name, err, c.want)
+		}
+	}
+}
