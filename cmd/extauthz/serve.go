@@ -113,7 +113,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.GRPCStreamWorkers)))
 	}
 	s.grpc, s.health = newGRPCServer(services, opts...)
-	s.startWarmUp(ctx, cfg.warmAttemptTimeout()) // warm.go
+	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait) // warm.go
 	s.http = newHTTPServer(s, reg)
 	if cfg.DebugAddr != "" {
 		stopDebug, err := startDebug(cfg.DebugAddr, log)

@@ -11,6 +11,13 @@ import (
 // warmRetryPause is the pause between failed warm-up attempts.
 const warmRetryPause = 250 * time.Millisecond
 
+// warmMaxWait bounds how long warm-up holds health NOT_SERVING. Past it
+// the process serves anyway, in the failure mode while Redis does not
+// answer: a fleet that restarts during a Redis outage must not leave Envoy
+// without endpoints, which would turn the outage into one of extauthz (the
+// reason health stays SERVING during an outage). Warm-up goes on.
+const warmMaxWait = 30 * time.Second
+
 // warmConns is how many connections warm-up dials per Redis master (at
 // most EXTAUTHZ_REDIS_POOL_SIZE): enough for the first concurrent calls,
 // whose rate-limit decisions share one round trip per node (coalescing) and
@@ -40,9 +47,10 @@ type warmer interface {
 }
 
 // warmUp gates readiness on the store's warm-up: gRPC health says
-// NOT_SERVING and /readyz 503 until one attempt succeeds. Attempts, each
-// bounded by attempt, repeat until then: a Redis that is down at start-up
-// keeps the process out of rotation, it does not end it.
+// NOT_SERVING (for at most warmMaxWait) and /readyz 503 until one attempt
+// succeeds. Attempts, each bounded by attempt, repeat until then: a Redis
+// that is down at start-up keeps the process out of rotation for a while,
+// it does not end it.
 type warmUp struct {
 	mu   sync.Mutex
 	done bool
@@ -67,25 +75,34 @@ func (w *warmUp) notReady() string {
 
 // startWarmUp sets every service NOT_SERVING when the store needs a
 // warm-up, and runs it in the background until it succeeds or ctx ends.
-func (s *server) startWarmUp(ctx context.Context, attempt time.Duration) {
+func (s *server) startWarmUp(ctx context.Context, attempt, maxWait time.Duration) {
 	w, ok := s.store.(warmer)
 	if !ok {
 		return
 	}
 	s.warm = &warmUp{}
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
-	go s.runWarmUp(ctx, w, attempt)
+	go s.runWarmUp(ctx, w, attempt, maxWait)
 }
 
-func (s *server) runWarmUp(ctx context.Context, w warmer, attempt time.Duration) {
+func (s *server) runWarmUp(ctx context.Context, w warmer, attempt, maxWait time.Duration) {
 	begin := time.Now()
+	giveUp := time.AfterFunc(maxWait, func() {
+		if s.warm.notReady() == "" {
+			return
+		}
+		s.setServing(healthpb.HealthCheckResponse_SERVING)
+		s.log.Warn("redis warm-up not done: serving anyway, decisions follow the failure mode until Redis answers; still warming",
+			"waited", maxWait, "reason", s.warm.notReady())
+	})
+	defer giveUp.Stop()
 	tries, ok := retryWarm(ctx, w.Warm, attempt, func(try int, err error) {
 		s.warm.mu.Lock()
 		s.warm.err = err
 		s.warm.mu.Unlock()
 		if try == 1 {
-			s.log.Warn("redis warm-up failed: not serving until it succeeds, retrying", "err", err,
-				"attempt_timeout", attempt, "retry_pause", warmRetryPause)
+			s.log.Warn("redis warm-up failed: not serving until it succeeds (at most max_wait), retrying", "err", err,
+				"attempt_timeout", attempt, "retry_pause", warmRetryPause, "max_wait", maxWait)
 		}
 	})
 	if !ok {

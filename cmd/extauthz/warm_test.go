@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"slices"
@@ -19,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/extauthz/extauthz/internal/redistest"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // burnCPU keeps every CPU of the machine busy in this process until the
@@ -267,5 +270,59 @@ func TestRewarmerWarmsWhileABreakerIsOpen(t *testing.T) {
 	time.Sleep(2 * warmRetryPause)
 	if calls.Load() != n {
 		t.Errorf("warmed %d more times with every breaker closed", calls.Load()-n)
+	}
+}
+
+// failingWarmer is a store whose warm-up fails until ok is set.
+type failingWarmer struct {
+	ratelimit.Store
+	ok atomic.Bool
+}
+
+func (f *failingWarmer) Warm(context.Context) error {
+	if f.ok.Load() {
+		return nil
+	}
+	return errors.New("redis down")
+}
+
+// TestWarmUpServesAfterMaxWait: a warm-up that keeps failing holds health
+// NOT_SERVING for maxWait only, then the process serves in the failure
+// mode (a Redis outage must not empty Envoy's endpoints), and /readyz still
+// says why until the warm-up succeeds.
+func TestWarmUpServesAfterMaxWait(t *testing.T) {
+	t.Parallel()
+	store := &failingWarmer{}
+	s := &server{log: slog.New(slog.DiscardHandler), store: store}
+	s.grpc, s.health = newGRPCServer(nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s.startWarmUp(ctx, time.Second, 300*time.Millisecond)
+	status := func() healthpb.HealthCheckResponse_ServingStatus {
+		h, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.GetStatus()
+	}
+	if st := status(); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health during warm-up = %v, want NOT_SERVING", st)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for status() != healthpb.HealthCheckResponse_SERVING {
+		if time.Now().After(deadline) {
+			t.Fatal("still NOT_SERVING 10s after a 300ms max wait")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := s.warm.notReady(); !strings.Contains(r, "redis down") {
+		t.Errorf("warm-up reason after max wait = %q, want the last error", r)
+	}
+	store.ok.Store(true)
+	for s.warm.notReady() != "" {
+		if time.Now().After(deadline) {
+			t.Fatal("warm-up did not go on after the max wait")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
