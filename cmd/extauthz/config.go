@@ -54,6 +54,14 @@ type Config struct {
 	RedisURL string `envconfig:"REDIS_URL" default:""`
 	// RedisCluster treats the URL's hosts as Redis Cluster seed nodes.
 	RedisCluster bool `envconfig:"REDIS_CLUSTER" default:"false"`
+	// RedisSentinelAddrs are Redis Sentinel host:port addresses, comma
+	// separated; set, the sentinels name the master (EXTAUTHZ_REDIS_URL
+	// then gives only scheme, credentials and DB, with no host).
+	RedisSentinelAddrs string `envconfig:"REDIS_SENTINEL_ADDRS" default:""`
+	// RedisSentinelMaster is the master's name in the sentinels' configuration.
+	RedisSentinelMaster string `envconfig:"REDIS_SENTINEL_MASTER" default:""`
+	// RedisSentinelPassword is the sentinels' own password (their requirepass).
+	RedisSentinelPassword string `envconfig:"REDIS_SENTINEL_PASSWORD" default:""`
 	// RedisPoolSize is the connection pool size per node; 0 is go-redis's default.
 	RedisPoolSize int `envconfig:"REDIS_POOL_SIZE" default:"0"`
 	// RedisMaxBatch > 1 coalesces concurrent decisions per Redis node into
@@ -223,7 +231,13 @@ func (c Config) rules() []rule {
 		{"ADMIN_TOKEN_FILE", fmt.Sprintf("empty, or a readable file holding a token of at least %d bytes", minAdminToken), c.AdminTokenFile, c.validAdminTokenFile()},
 		{"DRAIN_DELAY", "a duration of 0 (stop accepting at once) or more, e.g. 10s", c.DrainDelay, c.DrainDelay >= 0},
 		{"SHUTDOWN_TIMEOUT", "a duration above 0, e.g. 10s", c.ShutdownTimeout, c.ShutdownTimeout > 0},
-		{"REDIS_URL", "empty, or redis://[user:password@]host:port[/db] or rediss://...", redactURL(c.RedisURL), c.validRedisURL()},
+		{"REDIS_URL", c.redisURLWant(), redactURL(c.RedisURL), c.validRedisURL()},
+		{"REDIS_SENTINEL_ADDRS", "empty, or comma-separated host:port addresses of Redis Sentinels, with EXTAUTHZ_REDIS_URL set and EXTAUTHZ_REDIS_CLUSTER false",
+			c.RedisSentinelAddrs, c.validSentinelAddrs()},
+		{"REDIS_SENTINEL_MASTER", "the master's name in Sentinel (e.g. mymaster) when EXTAUTHZ_REDIS_SENTINEL_ADDRS is set, else empty",
+			c.RedisSentinelMaster, (c.RedisSentinelMaster != "") == c.sentinel()},
+		{"REDIS_SENTINEL_PASSWORD", "empty unless EXTAUTHZ_REDIS_SENTINEL_ADDRS is set", redactSecret(c.RedisSentinelPassword),
+			c.RedisSentinelPassword == "" || c.sentinel()},
 		{"REDIS_POOL_SIZE", "0 (go-redis's default, 10 per CPU) to 10000", c.RedisPoolSize, c.RedisPoolSize >= 0 && c.RedisPoolSize <= 10000},
 		{"REDIS_DIAL_TIMEOUT", "a duration above 0, e.g. 200ms", c.RedisDialTimeout, c.RedisDialTimeout > 0},
 		{"REDIS_READ_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisReadTimeout, c.RedisReadTimeout > 0},

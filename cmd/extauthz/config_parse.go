@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,9 +81,51 @@ func (c Config) tls() bool {
 	return err == nil && u.Scheme == "rediss"
 }
 
+// sentinel reports Redis through Sentinel: EXTAUTHZ_REDIS_SENTINEL_ADDRS set.
+func (c Config) sentinel() bool { return c.RedisSentinelAddrs != "" }
+
+// sentinelAddrs splits EXTAUTHZ_REDIS_SENTINEL_ADDRS.
+func (c Config) sentinelAddrs() []string {
+	if !c.sentinel() {
+		return nil
+	}
+	addrs := strings.Split(c.RedisSentinelAddrs, ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	return addrs
+}
+
+func (c Config) validSentinelAddrs() bool {
+	if !c.sentinel() {
+		return true
+	}
+	for _, a := range c.sentinelAddrs() {
+		h, p, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(p); err != nil || h == "" || perr != nil || n < 1 || n > 65535 {
+			return false
+		}
+	}
+	return c.RedisURL != "" && !c.RedisCluster
+}
+
+// redisURLWant is what EXTAUTHZ_REDIS_URL accepts: with Sentinel, no host.
+func (c Config) redisURLWant() string {
+	if c.sentinel() {
+		return "redis://[user:password@]/[db] or rediss://... with no host: with EXTAUTHZ_REDIS_SENTINEL_ADDRS the sentinels name the master"
+	}
+	return "empty, or redis://[user:password@]host:port[/db] or rediss://..."
+}
+
 func (c Config) validRedisURL() bool {
 	if c.RedisURL == "" {
 		return true
+	}
+	if c.sentinel() {
+		u, err := url.Parse(c.RedisURL)
+		if err != nil || u.Host != "" {
+			return false
+		}
 	}
 	var err error
 	if c.RedisCluster {

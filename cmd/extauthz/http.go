@@ -52,5 +52,9 @@ func (s *server) notReady(ctx context.Context) string {
 			return "store not ready: " + err.Error()
 		}
 	}
+	// After the store's own check, which names an unreachable Redis best.
+	if reason := s.warm.notReady(); reason != "" {
+		return reason
+	}
 	return ""
 }

@@ -25,6 +25,10 @@ type redisEvents struct {
 	log           *slog.Logger
 	cluster       bool
 
+	// onBreaker, when set, is also told of every breaker transition (the
+	// rewarmer, warm.go).
+	onBreaker func(store, node string, open bool)
+
 	mu    sync.Mutex
 	moved error
 }
@@ -46,6 +50,9 @@ func (e *redisEvents) onError(store, node string, err error) {
 
 // onChange is told of a circuit breaker opening or closing.
 func (e *redisEvents) onChange(store, node string, open bool, err error) {
+	if e.onBreaker != nil {
+		e.onBreaker(store, node, open)
+	}
 	if open {
 		e.log.Info("redis circuit breaker open: decisions follow the failure mode until a probe succeeds",
 			"store", store, "node", node, "err", err)

@@ -74,6 +74,7 @@ func TestRedisErrorKind(t *testing.T) {
 func TestStandaloneClientOnClusterNode(t *testing.T) {
 	cl := redistest.NewCluster(t)
 	p := start(t, append([]string{"EXTAUTHZ_CONFIG=" + writePolicy(t), "EXTAUTHZ_REDIS_URL=redis://" + cl.Addrs[0]}, patient...)...)
+	waitServing(t, p, 10*time.Second) // warm-up: connections and scripts on the node
 	if code, body := p.get(t, "/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz before any decision = %d %q, want 200 (the node answers PING)", code, body)
 	}

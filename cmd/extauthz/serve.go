@@ -58,6 +58,7 @@ type server struct {
 	policy   *policySource
 	replay   *http.Server // nil without object storage
 	store    ratelimit.Store
+	warm     *warmUp // nil without a warm-up (warm.go)
 	draining atomic.Bool
 	// drainDelay is how long the server keeps serving after SIGTERM with
 	// its health NOT_SERVING; timeout bounds the in-flight calls after it.
@@ -115,6 +116,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.GRPCStreamWorkers)))
 	}
 	s.grpc, s.health = newGRPCServer(services, opts...)
+	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait) // warm.go
 	s.http = newHTTPServer(s, reg)
 	stopOperator, err := startOperatorListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
 	if err != nil {

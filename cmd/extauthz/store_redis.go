@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/extauthz/extauthz/internal/redisclient"
+	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
@@ -28,6 +29,9 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	client, err := redisclient.New(redisclient.Options{
 		URL:                   cfg.RedisURL,
 		Cluster:               cfg.RedisCluster,
+		SentinelAddrs:         cfg.sentinelAddrs(),
+		SentinelMaster:        cfg.RedisSentinelMaster,
+		SentinelPassword:      cfg.RedisSentinelPassword,
 		PoolSize:              cfg.RedisPoolSize,
 		DialTimeout:           cfg.RedisDialTimeout,
 		ReadTimeout:           cfg.RedisReadTimeout,
@@ -43,14 +47,18 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	// and reported by /readyz).
 	redis.SetLogger(redisLogger{deps.Logger})
 	events := newRedisEvents(deps.Logger, cfg.RedisCluster)
+	scripts := append(redisstore.Scripts(), idemredis.Scripts()...)
+	warm := func(ctx context.Context) error { return redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()) }
+	rw := newRewarmer(warm, cfg.warmAttemptTimeout())
+	events.onBreaker = rw.breaker
 	store, err := redisStack(client, mode, cfg, deps, events)
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
 	// The URL may hold a password: log only what it selects.
 	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
-		"failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
-	return &redisBacked{Store: store, client: client, events: events}, nil
+		"sentinels", cfg.sentinelAddrs(), "sentinel_master", cfg.RedisSentinelMaster, "failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
+	return &redisBacked{Store: store, client: client, events: events, warm: warm, rewarm: rw}, nil
 }
 
 // redisStack wraps the Redis store in the failure mode and the local cache.
@@ -104,7 +112,17 @@ type redisBacked struct {
 	ratelimit.Store
 	client redis.UniversalClient
 	events *redisEvents
+	// warm dials connections and loads both stores' scripts (the
+	// idempotency store shares client) on every master; rewarm does it
+	// again while a breaker is open.
+	warm   func(context.Context) error
+	rewarm *rewarmer
 }
+
+// Warm dials connections and loads both stores' scripts on every master
+// (redisclient.Warm), so that the first calls after readiness are decided
+// on Redis, not in the failure mode.
+func (r *redisBacked) Warm(ctx context.Context) error { return r.warm(ctx) }
 
 func (r *redisBacked) Ready(ctx context.Context) error {
 	if err := r.events.Ready(ctx); err != nil {
@@ -117,5 +135,6 @@ func (r *redisBacked) Ready(ctx context.Context) error {
 }
 
 func (r *redisBacked) Close() error {
+	r.rewarm.close()
 	return errors.Join(r.Store.Close(), r.client.Close())
 }

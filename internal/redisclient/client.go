@@ -1,7 +1,8 @@
 // Package redisclient builds the one go-redis client that both Redis stores
-// (rate limits and idempotency) share, standalone or cluster, from a URL and
-// a few options: TLS, pool size, timeouts, and the retry and pool settings
-// that suit commands which must never be sent twice.
+// (rate limits and idempotency) share, standalone, cluster or a master found
+// through Redis Sentinel, from a URL and a few options: TLS, pool size,
+// timeouts, and the retry and pool settings that suit commands which must
+// never be sent twice.
 package redisclient
 
 import (
@@ -9,6 +10,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -30,6 +33,16 @@ type Options struct {
 	URL string
 	// Cluster treats URL as Redis Cluster seed nodes.
 	Cluster bool
+	// SentinelAddrs, when set, are Redis Sentinel host:port addresses that
+	// name the master: URL then gives only the scheme (TLS for the master
+	// and the sentinels alike), the master's user, password and DB, and
+	// must have no host (redis://[user:password@]/[db]). Not with Cluster.
+	SentinelAddrs []string
+	// SentinelMaster is the master's name in the sentinels' configuration;
+	// required with SentinelAddrs.
+	SentinelMaster string
+	// SentinelPassword is the sentinels' own requirepass, if any.
+	SentinelPassword string
 	// PoolSize is the number of connections per node; 0 is go-redis's
 	// default (10 per CPU).
 	PoolSize int
@@ -73,6 +86,9 @@ func New(o Options) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(o.SentinelAddrs) > 0 || o.SentinelMaster != "" {
+		return o.newFailover(tlsConf)
+	}
 	if o.Cluster {
 		opts, err := redis.ParseClusterURL(o.URL)
 		if err != nil {
@@ -89,6 +105,54 @@ func New(o Options) (redis.UniversalClient, error) {
 	o.tune(tunables{&opts.PoolSize, &opts.PipelinePoolSize, &opts.MaxRetries, &opts.DialerRetries,
 		&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.TLSConfig}, tlsConf)
 	return redis.NewClient(opts), nil
+}
+
+// newFailover builds the Sentinel-backed client: a *redis.Client whose
+// dialer asks the sentinels for the master's address, and which drops its
+// connections to the old master when a sentinel announces +switch-master.
+// To the stores it is a standalone server.
+func (o Options) newFailover(tlsConf *tls.Config) (redis.UniversalClient, error) {
+	if err := o.checkSentinel(); err != nil {
+		return nil, err
+	}
+	u, err := redis.ParseURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: URL: %w", ErrConfig, err)
+	}
+	opts := &redis.FailoverOptions{
+		MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs, SentinelPassword: o.SentinelPassword,
+		Username: u.Username, Password: u.Password, DB: u.DB, Protocol: u.Protocol, ClientName: u.ClientName,
+		TLSConfig: u.TLSConfig,
+	}
+	if opts.TLSConfig != nil {
+		// ParseURL named "localhost" for the missing host; each connection
+		// verifies the address it dials instead (the master's, or a
+		// sentinel's), as crypto/tls does when ServerName is empty.
+		opts.TLSConfig.ServerName = ""
+	}
+	o.tune(tunables{&opts.PoolSize, &opts.PipelinePoolSize, &opts.MaxRetries, &opts.DialerRetries,
+		&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.TLSConfig}, tlsConf)
+	return redis.NewFailoverClient(opts), nil
+}
+
+// checkSentinel reports Sentinel options that do not fit together.
+func (o Options) checkSentinel() error {
+	switch {
+	case o.Cluster:
+		return fmt.Errorf("%w: Sentinel and Cluster are exclusive", ErrConfig)
+	case len(o.SentinelAddrs) == 0 || o.SentinelMaster == "":
+		return fmt.Errorf("%w: Sentinel needs both its addresses and the master name", ErrConfig)
+	}
+	for _, a := range o.SentinelAddrs {
+		if h, p, err := net.SplitHostPort(a); err != nil || h == "" || p == "" {
+			return fmt.Errorf("%w: Sentinel address %q is not host:port", ErrConfig, a)
+		}
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil || u.Host != "" {
+		return fmt.Errorf("%w: with Sentinel the URL names no host (the sentinels name the master): redis://[user:password@]/[db]", ErrConfig)
+	}
+	return nil
 }
 
 // tunables points at the fields that redis.Options and redis.ClusterOptions

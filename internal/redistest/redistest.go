@@ -11,7 +11,6 @@ package redistest
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -47,6 +46,8 @@ type Server struct {
 
 	// tlsFiles, when set, serve TLS only (see StandaloneTLS).
 	tlsFiles *tlsFiles
+	// password, when set, is the server's requirepass (see NewSentinel).
+	password string
 
 	mu   sync.Mutex
 	proc *exec.Cmd
@@ -79,10 +80,12 @@ func StandaloneAOF(tb testing.TB) *Server {
 // the port in between.
 func newServer(tb testing.TB, bin string, extra []string) *Server {
 	tb.Helper()
-	return newServerTLS(tb, bin, extra, nil)
+	return newServerTLS(tb, bin, extra, nil, "")
 }
 
-func newServerTLS(tb testing.TB, bin string, extra []string, tf *tlsFiles) *Server {
+// newServerTLS starts a server as newServer does, serving TLS only when tf
+// is set; password, when set, must match a --requirepass in extra.
+func newServerTLS(tb testing.TB, bin string, extra []string, tf *tlsFiles, password string) *Server {
 	tb.Helper()
 	dir := tb.TempDir()
 	var lastErr error
@@ -94,7 +97,7 @@ func newServerTLS(tb testing.TB, bin string, extra []string, tf *tlsFiles) *Serv
 		}
 		s := &Server{
 			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			tb:   tb, bin: bin, dir: dir, port: port, extra: extra, tlsFiles: tf,
+			tb:   tb, bin: bin, dir: dir, port: port, extra: extra, tlsFiles: tf, password: password,
 		}
 		s.URL = "redis://" + s.Addr
 		if tf != nil {
@@ -160,7 +163,7 @@ func (s *Server) signal(sig os.Signal) {
 
 // Client returns a new client of this server, closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tlsFiles.clientConfig()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password, TLSConfig: s.tlsFiles.clientConfig()})
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -188,7 +191,7 @@ func (s *Server) start() error {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	if err := waitPing(s.Addr, s.tlsFiles.clientConfig(), done); err != nil {
+	if err := waitPing(&redis.Options{Addr: s.Addr, Password: s.password, TLSConfig: s.tlsFiles.clientConfig()}, done); err != nil {
 		stopProcess(cmd, done)
 		return fmt.Errorf("%w; log: %s", err, tail(logFile))
 	}
@@ -196,9 +199,11 @@ func (s *Server) start() error {
 	return nil
 }
 
-// waitPing polls the server until it answers PING, it exits, or time runs out.
-func waitPing(addr string, tlsConf *tls.Config, exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: tlsConf})
+// waitPing polls the server o names until it answers PING, it exits, or
+// time runs out.
+func waitPing(o *redis.Options, exited <-chan struct{}) error {
+	o.MaxRetries, o.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(o)
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {

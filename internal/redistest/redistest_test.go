@@ -86,3 +86,33 @@ func TestClusterWithReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestSentinelFailover: the sentinels promote the replica on SENTINEL
+// FAILOVER, and data written before it is on the new master.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	s := redistest.NewSentinel(t)
+	if len(s.Addrs) != 3 || len(s.Nodes) != 2 {
+		t.Fatalf("%d sentinels, %d data nodes; want 3 and 2", len(s.Addrs), len(s.Nodes))
+	}
+	old := s.Master()
+	ctx := context.Background()
+	if err := old.Client().Set(ctx, "k", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Client().Wait(ctx, 1, time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	next := s.Failover()
+	t.Logf("failover settled in %s", time.Since(begin).Round(time.Millisecond))
+	if next == old || s.Master() != next {
+		t.Fatalf("master %s after failover, was %s", s.Master().Addr, old.Addr)
+	}
+	if v, err := next.Client().Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET k on the new master = %q, %v", v, err)
+	}
+	if info, err := next.Client().Info(ctx, "replication").Result(); err != nil || !strings.Contains(info, "role:master") {
+		t.Fatalf("new master's INFO replication = %q, %v", info, err)
+	}
+}

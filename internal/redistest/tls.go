@@ -32,7 +32,7 @@ func StandaloneTLS(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatalf("redistest: certificates: %v", err)
 	}
-	s := newServerTLS(tb, bin, nil, tf)
+	s := newServerTLS(tb, bin, nil, tf, "")
 	tb.Cleanup(s.Stop)
 	return s
 }

@@ -34,6 +34,13 @@ var (
 	renewScript    = redisscript.New(renewSrc)
 )
 
+// Scripts returns the Lua source of every script the store runs, for
+// loading them (SCRIPT LOAD) on every master before traffic arrives, so
+// that no call pays a NOSCRIPT round trip and an EVAL that compiles it.
+func Scripts() []string {
+	return []string{beginSrc, completeSrc, releaseSrc, renewSrc}
+}
+
 // Processor runs one command: *redis.Client and *redis.ClusterClient.
 type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error

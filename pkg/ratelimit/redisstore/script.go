@@ -95,6 +95,18 @@ func allScripts() []redisscript.Script {
 	return out
 }
 
+// Scripts returns the Lua source of every script the store may run, for
+// loading them (SCRIPT LOAD) on every master before traffic arrives: a
+// decision whose script is not loaded costs a NOSCRIPT round trip and an
+// EVAL that compiles it.
+func Scripts() []string {
+	var out []string
+	for _, s := range allScripts() {
+		out = append(out, s.Source())
+	}
+	return out
+}
+
 // Argument and reply layout of decide.lua. The Lua reads ARGV and builds its
 // reply by these positions and codes: change both together.
 const (
