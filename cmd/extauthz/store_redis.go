@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/overlimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/quota/quotaredis"
 	"github.com/extauthz/extauthz/pkg/ratelimit/redisstore"
 )
 
@@ -47,7 +49,9 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	// and reported by /readyz).
 	redis.SetLogger(redisLogger{deps.Logger})
 	events := newRedisEvents(deps.Logger, cfg.RedisCluster)
-	scripts := append(redisstore.Scripts(), idemredis.Scripts()...)
+	// Every script the process runs on Redis: rate limits, idempotency and
+	// RLQS demands.
+	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts())
 	warm := func(ctx context.Context) error { return redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()) }
 	rw := newRewarmer(warm, cfg.warmAttemptTimeout())
 	events.onBreaker = rw.breaker

@@ -167,3 +167,7 @@ func parseDemands(v any) (map[string]float64, error) {
 	}
 	return out, nil
 }
+
+// Scripts returns the sources of the store's scripts, for a warm-up that
+// loads them before the first report (redisclient.Warm).
+func Scripts() []string { return []string{reportScript.Source(), demandsScript.Source()} }
