@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -76,12 +78,22 @@ func (s *server) shutdown(skipDelay bool) {
 	}
 	s.log.Info("stopping: no new connections, finishing in-flight calls", "shutdown_timeout", s.timeout)
 	deadline := time.Now().Add(s.timeout)
-	s.health.stop()
 	drained := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
 		close(drained)
 	}()
+	// GracefulStop closes the listener first, then waits for the open
+	// streams, Watch streams included. Ending the Watches only once the
+	// listener is closed means a client told UNAVAILABLE can no longer
+	// connect here again.
+	if s.grpcLn != nil {
+		select {
+		case <-s.grpcLn.closed:
+		case <-time.After(time.Second):
+		}
+	}
+	s.health.stop()
 	select {
 	case <-drained:
 	case <-time.After(time.Until(deadline)):
@@ -99,4 +111,22 @@ func (s *server) shutdown(skipDelay bool) {
 			s.replay.Close()
 		}
 	}
+}
+
+// notifyListener is a listener that says when it has been closed.
+type notifyListener struct {
+	net.Listener
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newNotifyListener(l net.Listener) *notifyListener {
+	return &notifyListener{Listener: l, closed: make(chan struct{})}
+}
+
+// Close closes the listener and, the first time, the closed channel.
+func (l *notifyListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { close(l.closed) })
+	return err
 }

@@ -51,14 +51,17 @@ func serveMain(ctx context.Context, stderr io.Writer) int {
 // server is the running process: one gRPC server for every Envoy-facing
 // service, one HTTP server for metrics and probes.
 type server struct {
-	log      *slog.Logger
-	grpc     *grpc.Server
-	health   *healthServer
-	http     *http.Server
-	policy   *policySource
-	replay   *http.Server // nil without object storage
-	store    ratelimit.Store
-	warm     *warmUp // nil without a warm-up (warm.go)
+	log    *slog.Logger
+	grpc   *grpc.Server
+	health *healthServer
+	http   *http.Server
+	policy *policySource
+	replay *http.Server // nil without object storage
+	store  ratelimit.Store
+	warm   *warmUp // nil without a warm-up (warm.go)
+	// grpcLn is the gRPC listener, which tells shutdown when GracefulStop
+	// has closed it (drain.go).
+	grpcLn   *notifyListener
 	draining atomic.Bool
 	// drainDelay is how long the server keeps serving after SIGTERM with
 	// its health NOT_SERVING; timeout bounds the in-flight calls after it.
@@ -200,12 +203,13 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 		grpcLn.Close()
 		return fmt.Errorf("EXTAUTHZ_HTTP_ADDR=%q: %w", httpAddr, err)
 	}
+	s.grpcLn = newNotifyListener(grpcLn)
 	s.log.Info("grpc listening", "addr", grpcLn.Addr().String())
 	s.log.Info("http listening", "addr", httpLn.Addr().String())
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
-	wg.Go(func() { errc <- s.grpc.Serve(grpcLn) })
+	wg.Go(func() { errc <- s.grpc.Serve(s.grpcLn) })
 	wg.Go(func() { errc <- ignoreClosed(s.http.Serve(httpLn)) })
 	if s.replay != nil {
 		replayLn, err := net.Listen("tcp", s.replay.Addr)
