@@ -1,5 +1,6 @@
-// Command extauthz serves Envoy's rate limit (RLS v3), ext_authz and
-// ext_proc gRPC APIs from one process; see the README for its configuration.
+// Command extauthz serves Envoy's rate limit (RLS v3), rate limit quota
+// (RLQS v3), ext_authz and ext_proc gRPC APIs from one process; see the
+// README for its configuration.
 //
 //	extauthz                 serve (the default)
 //	extauthz serve           the same
@@ -22,10 +23,11 @@ import (
 var version = "dev"
 
 const usage = `usage:
-  extauthz [serve]         serve on one gRPC port Envoy's rate limit service (RLS v3), external
-                           authorization (ext_authz v3) and external processing (ext_proc v3) APIs,
-                           gRPC health and reflection; on the HTTP port /metrics, /healthz, /readyz;
-                           configured by EXTAUTHZ_* environment variables (see README)
+  extauthz [serve]         serve on one gRPC port Envoy's rate limit service (RLS v3), rate limit
+                           quota service (RLQS v3), external authorization (ext_authz v3) and
+                           external processing (ext_proc v3) APIs, gRPC health and reflection; on
+                           the HTTP port /metrics, /healthz, /readyz; configured by EXTAUTHZ_*
+                           environment variables (see README)
   extauthz validate PATH   load the policy at PATH (file or directory), print every problem
   extauthz try [rls|authz] [flags] [DESCRIPTOR...]
                            send one ShouldRateLimit (default: the README's example) or ext_authz

@@ -112,7 +112,7 @@ func TestHelpNamesEverySubcommandAndAPI(t *testing.T) {
 		t.Fatalf("help: exit %d", code)
 	}
 	for _, want := range []string{"extauthz [serve]", "extauthz validate", "extauthz try", "extauthz admin", "extauthz version",
-		"extauthz help", "RLS", "ext_authz", "ext_proc", "/metrics"} {
+		"extauthz help", "RLS", "RLQS", "ext_authz", "ext_proc", "/metrics"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("help lacks %q:\n%s", want, stdout)
 		}
