@@ -53,7 +53,7 @@ func TestTiersLoad(t *testing.T) {
 		{"pro", "pro", 1},
 		{"enterprise", "enterprise", 2},
 		{"free", "free", 1},
-		{"", "free", 1},        // no tier: the default
+		{"", "free", 1},         // no tier: the default
 		{"platinum", "free", 1}, // unknown: the default, never a budget of its own
 		{"Pro", "free", 1},      // tier names are exact
 	} {
