@@ -36,9 +36,16 @@ http:
       limits:
         free: [{requests_per_unit: 1, unit: minute, name: claim-free}]
         pro: [{requests_per_unit: 3, unit: minute, name: claim-pro}]
+    by-extension:
+      attribute: {context_extension: plan}
+      default: free
+      limits:
+        free: [{requests_per_unit: 1, unit: minute, name: ext-free}]
+        pro: [{requests_per_unit: 2, unit: minute, name: ext-pro}]
   routes:
     - {name: api, path_prefix: /api, tier_limits: plans}
     - {name: claims, path_prefix: /claims, tier_limits: claims}
+    - {name: ext, path_prefix: /ext, tier_limits: by-extension}
 `
 
 // admitted sends req n+1 times and reports how many were admitted before
@@ -106,6 +113,14 @@ func TestTiersChooseTheBudget(t *testing.T) {
 	if got, _ := admitted(t, e, checkReq("GET", "/api/x", nil, "x-tenant-id", "acme", "x-plan", "pro"), 4); got != 4 {
 		t.Errorf("acme upgraded to pro: admitted %d, want 4", got)
 	}
+	// Each tier is its own rule in the metrics: 2 callers x 5 requests on
+	// pro, 4 x 3 on free.
+	for rule, want := range map[string]float64{"http.api.pro": 10, "http.api.free": 12} {
+		labels := map[string]string{"api": envoy.APIExtAuthz, "rule": rule, "stat": envoy.StatTotalHits}
+		if got := envoytest.CounterValue(t, e.reg, "extauthz_rule_hits_total", labels); got != want {
+			t.Errorf("rule %s total_hits = %v, want %v", rule, got, want)
+		}
+	}
 }
 
 func planClaim(plan string) *corev3.Metadata {
@@ -115,8 +130,8 @@ func planClaim(plan string) *corev3.Metadata {
 }
 
 // TestTiersFromAJWTClaim: the tier comes from jwt_authn's metadata as the
-// identity chain's jwt_claim reads it; a token without the claim gets the
-// default.
+// identity chain's jwt_claim reads it (or from a context extension); a
+// token without the claim gets the default.
 func TestTiersFromAJWTClaim(t *testing.T) {
 	e := startIdem(t, tiersPolicy)
 	for _, tt := range []struct {
@@ -129,6 +144,17 @@ func TestTiersFromAJWTClaim(t *testing.T) {
 		}
 		if got, _ := admitted(t, e, req, tt.want); got != tt.want {
 			t.Errorf("claim plan %q: admitted %d, want %d", tt.plan, got, tt.want)
+		}
+	}
+	// The same from the route's ext_authz context_extensions.
+	for _, tt := range []struct {
+		tenant, plan string
+		want         int
+	}{{"a", "pro", 2}, {"b", "", 1}} {
+		req := checkReq("GET", "/ext", nil, "x-tenant-id", tt.tenant)
+		req.Attributes.ContextExtensions = map[string]string{"plan": tt.plan}
+		if got, _ := admitted(t, e, req, tt.want); got != tt.want {
+			t.Errorf("context extension plan %q: admitted %d, want %d", tt.plan, got, tt.want)
 		}
 	}
 }
