@@ -42,6 +42,14 @@ http:
       path_prefix: /orders
       rate_limits: [{requests_per_unit: 2, unit: minute, name: per-tenant}]
       idempotency: {}
+    - {name: reports, path_prefix: /reports, tier_limits: plans}
+  tiers:
+    plans:
+      attribute: {header: x-plan}
+      default: free
+      limits:
+        free: [{requests_per_unit: 1, unit: minute, name: reports-free}]
+        pro: [{requests_per_unit: 5, unit: minute, name: reports-pro}]
 `
 
 // env is an API over the memory stores and the real RLS and ext_authz
@@ -202,6 +210,13 @@ func TestExplainHTTPAndRateLimit(t *testing.T) {
 	if hx.Route != "orders" || hx.Identity != "acme" || hx.IdentitySource != "tenant_header" || hx.WouldAnswer != "admit" ||
 		len(hx.Limits) != 1 || hx.Limits[0].Remaining != 2 || hx.RecordScope != "acme" {
 		t.Fatalf("http explain = %+v", hx)
+	}
+	for plan, want := range map[string]string{"pro": "pro", "platinum": "free"} {
+		var tx HTTPExplanation
+		e.do(t, "POST", "/v1/explain", `{"http": {"method": "GET", "path": "/reports", "headers": {"x-tenant-id": "acme", "x-plan": "`+plan+`"}}}`, 200, &tx)
+		if tx.Tier != want || len(tx.Limits) != 1 || tx.Limits[0].Name != "reports-"+want {
+			t.Errorf("explain with plan %q = %+v, want tier %q", plan, tx, want)
+		}
 	}
 	var st RateLimitState
 	e.do(t, "POST", "/v1/explain", `{"ratelimit": {"domain": "edge", "descriptors": [[{"key": "tenant", "value": "a,b"}, {"key": "route", "value": "orders"}]]}}`, 200, &st)

@@ -49,11 +49,14 @@ type HTTPExplanation struct {
 	// Identity is the caller's scope; IdentitySource the identity chain
 	// entry that named it (empty: none did, limits fall back to the
 	// client address).
-	Identity       string       `json:"identity"`
-	IdentitySource string       `json:"identity_source,omitempty"`
-	Exempt         bool         `json:"exempt,omitempty"`
-	Counter        string       `json:"counter,omitempty"`
-	Limits         []LimitState `json:"limits,omitempty"`
+	Identity       string `json:"identity"`
+	IdentitySource string `json:"identity_source,omitempty"`
+	// Tier is the caller's tier on a route with tier_limits (the default
+	// for a missing or unknown plan).
+	Tier    string       `json:"tier,omitempty"`
+	Exempt  bool         `json:"exempt,omitempty"`
+	Counter string       `json:"counter,omitempty"`
+	Limits  []LimitState `json:"limits,omitempty"`
 	// WouldAnswer is "admit" or "429" (the rate limits only; an
 	// Idempotency-Key decision would take a lease, so it is not made).
 	WouldAnswer string `json:"would_answer"`
@@ -113,7 +116,7 @@ func (a *API) explainHTTP(r *http.Request, c *HTTPCall) (any, []string, error) {
 	if ex.Route == nil {
 		return out, nil, nil
 	}
-	out.Route = ex.Route.Name
+	out.Route, out.Tier = ex.Route.Name, ex.Tier
 	if !ex.Allowed {
 		out.WouldAnswer = "429"
 	}

@@ -23,10 +23,13 @@ func (d *decoder) http(f field) *HTTP {
 			h.Routes = d.routes(kv)
 		case "header_style":
 			h.HeaderStyle = d.headerStyle(kv)
+		case "tiers":
+			h.Tiers = d.tierSets(kv)
 		default:
 			d.unknown(kv)
 		}
 	}
+	d.resolveTiers(h)
 	switch {
 	case identity != nil && tenant != nil:
 		d.problem(tenant.line, tenant.path, "set identity or tenant, not both (tenant is the older form of identity)")
@@ -136,6 +139,10 @@ func (d *decoder) route(f field) *Route {
 			for _, s := range d.limitList(kv, inRoute) {
 				r.Limits = append(r.Limits, s.limit)
 			}
+		case "tier_limits":
+			if r.tierRef = (ref{name: d.str(kv), path: kv.path, line: kv.line}); r.tierRef.name == "" {
+				d.problem(kv.line, kv.path, "must name a tier set of http.tiers")
+			}
 		case "idempotency":
 			r.Idempotency = d.idempotency(kv)
 		case "header_style":
@@ -146,6 +153,9 @@ func (d *decoder) route(f field) *Route {
 	}
 	if r.Name == "" {
 		d.problem(f.line, joinPath(f.path, "name"), "is required")
+	}
+	if has["rate_limits"] && has["tier_limits"] {
+		d.problem(r.tierRef.line, r.tierRef.path, "set rate_limits or tier_limits, not both (write a limit every tier shares in each tier)")
 	}
 	if has["path_prefix"] == has["path_regex"] {
 		d.problem(f.line, f.path, "set exactly one of path_prefix and path_regex")

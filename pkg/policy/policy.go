@@ -131,6 +131,8 @@ type HTTP struct {
 	Routes []*Route
 	// HeaderStyle is the routes' default header_style.
 	HeaderStyle HeaderStyle
+	// Tiers are the tier sets by name, for routes' tier_limits.
+	Tiers map[string]*TierSet
 }
 
 // TenantSource names where the tenant of an HTTP request is read from; the
@@ -168,13 +170,18 @@ type Route struct {
 	// Methods the route matches; empty matches every method.
 	Methods []string
 	// Limits are the route's HTTP rate limits, per tenant; all must admit.
+	// Empty when Tiers is set.
 	Limits []ratelimit.Limit
+	// Tiers, when set, chooses the route's limits by the caller's tier
+	// (tier_limits): see LimitsFor.
+	Tiers *TierSet
 	// Idempotency is nil when the route does not use Idempotency-Key.
 	Idempotency *Idempotency
 	// HeaderStyle is the rate-limit header fields of the route's answers,
 	// its own header_style or the http section's (never zero once loaded).
 	HeaderStyle HeaderStyle
 
+	tierRef    ref           // tier_limits as written, until resolved
 	hosts      []hostPattern // Hosts, parsed
 	pathPrefix string
 	pathRegex  *regexp.Regexp

@@ -23,7 +23,8 @@ import (
 // Authz serves envoy.service.auth.v3.Authorization for the policy's HTTP
 // section. For the first route that matches a request it applies, in order:
 //
-//  1. the route's rate limits, per tenant, unless the request is exempt:
+//  1. the route's rate limits (or, for tier_limits, those of the caller's
+//     tier), per tenant, unless the request is exempt:
 //     429 problem+json with RateLimit-Policy, RateLimit and Retry-After;
 //  2. the route's Idempotency-Key settings: 400 (key missing or
 //     malformed), 409 + Retry-After (in flight), 422 (used with another
@@ -99,8 +100,8 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	r.missingStatus = h.Identity.MissingStatus
 
 	var rlHeaders []*corev3.HeaderValue
-	if len(route.Limits) > 0 && !h.IsExempt(r.path, r.headers.joined(), r.principal) {
-		over, hs, err := s.rateLimit(ctx, limitScope(r.tenant, caller), route)
+	if route.HasLimits() && !h.IsExempt(r.path, r.headers.joined(), r.principal) {
+		over, hs, err := s.rateLimit(ctx, planLimits(limitScope(r.tenant, caller), route, caller), route.HeaderStyle)
 		if err != nil {
 			s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeError)
 			return nil, envoy.StoreStatus(ctx, err)

@@ -26,6 +26,9 @@ type Explanation struct {
 	// chain entry that named it ("" when none did).
 	Identity string
 	Source   policy.IdentityKind
+	// Tier is the caller's tier on a route with tier_limits (the set's
+	// default for a missing or unknown value); "" on other routes.
+	Tier string
 	// Exempt reports a request the exemptions keep from the route's limits.
 	Exempt bool
 	// Request is the rate-limit request Check would send (Hits 1); nil
@@ -104,23 +107,24 @@ func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanat
 	}
 	ex.Exempt = h.IsExempt(r.path, r.headers.joined(), r.principal)
 	ex.Allowed = true
-	if len(ex.Route.Limits) == 0 || ex.Exempt {
+	if !ex.Route.HasLimits() || ex.Exempt {
 		return ex, nil
 	}
-	key := ratelimit.Key(limitScope(ex.Identity, caller), httpLimitDomain, []ratelimit.Entry{{Key: "route", Value: ex.Route.Name}})
-	ex.Request = &ratelimit.Request{Key: key, Limits: ex.Route.Limits, Hits: 1}
-	decs, err := s.limits.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: ex.Route.Limits}})
+	p := planLimits(limitScope(ex.Identity, caller), ex.Route, caller)
+	ex.Tier = p.tier
+	ex.Request = &ratelimit.Request{Key: p.key, Limits: p.limits, Hits: 1}
+	decs, err := s.limits.AllowBatch(ctx, []ratelimit.Request{{Key: p.key, Limits: p.limits}})
 	if err != nil {
 		return ex, err
 	}
-	if len(decs) != 1 || len(decs[0].Results) != len(ex.Route.Limits) {
+	if len(decs) != 1 || len(decs[0].Results) != len(p.limits) {
 		return ex, fmt.Errorf("rate-limit store answered %d decisions for 1 request", len(decs))
 	}
 	ex.Results = decs[0].Results
 	for i, res := range ex.Results {
 		// Every algorithm admits h hits exactly when h <= Remaining.
 		ex.Allowed = ex.Allowed && res.Remaining >= 1
-		ex.Names = append(ex.Names, envoy.LimitName(ex.Route.Name, ex.Route.Limits, i))
+		ex.Names = append(ex.Names, envoy.LimitName(p.owner, p.limits, i))
 	}
 	return ex, nil
 }
