@@ -67,7 +67,7 @@ func TestInternalImportsNothingFromPkg(t *testing.T) {
 func TestCoreImportsNoEnvoyNorGRPC(t *testing.T) {
 	t.Parallel()
 	pkgs := imports(t, true, "./pkg/ratelimit/...", "./pkg/idempotency/...")
-	for _, want := range []string{"/pkg/ratelimit", "/pkg/ratelimit/redisstore", "/pkg/idempotency", "/pkg/idempotency/redisstore"} {
+	for _, want := range []string{"/pkg/ratelimit", "/pkg/ratelimit/redisstore", "/pkg/ratelimit/inflight", "/pkg/ratelimit/inflight/redisstore", "/pkg/idempotency", "/pkg/idempotency/redisstore"} {
 		if _, ok := pkgs[module+want]; !ok {
 			t.Fatalf("go list missed %s: %v", want, pkgs)
 		}
