@@ -75,12 +75,6 @@ func configMapDir(t *testing.T, dir string, files map[string]string) {
 	}
 	for name, content := range files {
 		writeFile(t, filepath.Join(dir, ts), name, content)
-		link := filepath.Join(dir, name)
-		if _, err := os.Lstat(link); err != nil {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 	tmp := filepath.Join(dir, "..data_tmp")
 	if err := os.Symlink(ts, tmp); err != nil {
@@ -88,6 +82,17 @@ func configMapDir(t *testing.T, dir string, files map[string]string) {
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
+	}
+	// As the kubelet's atomic writer does: a new file's visible symlink is
+	// made only once ..data points at the directory that holds it, so it
+	// never dangles (a watcher may load the moment it appears).
+	for name := range files {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); err != nil {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if old != "" {
 		if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
