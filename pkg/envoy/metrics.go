@@ -94,7 +94,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, e
 		}, []string{"api", "reason"}),
 		inFlight: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "extauthz_inflight_total",
-			Help: "max_in_flight slots by API and outcome: acquired, over_limit, error (ext_authz); released, expired, renew_error (ext_proc).",
+			Help: "max_in_flight slots by API and outcome: acquired, over_limit, error (ext_authz); released, expired, renew_error, error (ext_proc).",
 		}, []string{"api", "outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.invalid, m.inFlight} {
@@ -126,7 +126,7 @@ func (m *Metrics) precreate() {
 	for _, o := range []string{InFlightAcquired, InFlightOverLimit, InFlightError} {
 		m.inFlight.WithLabelValues(APIExtAuthz, o)
 	}
-	for _, o := range []string{InFlightReleased, InFlightExpired, InFlightRenewError} {
+	for _, o := range []string{InFlightReleased, InFlightExpired, InFlightRenewError, InFlightError} {
 		m.inFlight.WithLabelValues(APIExtProc, o)
 	}
 }
@@ -138,8 +138,9 @@ const (
 	InFlightAcquired = "acquired"
 	// InFlightOverLimit: every slot was taken; answered 429.
 	InFlightOverLimit = "over_limit"
-	// InFlightError: the store failed; no answer was given (Envoy's
-	// failure_mode_allow decides, as for a rate-limit store error).
+	// InFlightError: the store failed. ext_authz gave no answer (Envoy's
+	// failure_mode_allow decides, as for a rate-limit store error);
+	// ext_proc's release failed (the slot frees after its ttl).
 	InFlightError = "error"
 	// InFlightReleased: ext_proc gave the slot back when the stream ended.
 	InFlightReleased = "released"
