@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/sha1" //nolint:gosec // Redis names scripts by SHA-1
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redistest"
@@ -51,5 +56,31 @@ func TestInFlightStore(t *testing.T) {
 	}
 	if _, r, err := b.Acquire(ctx, "acme|reports", 1, time.Minute); err != nil || !r.Acquired {
 		t.Fatalf("Acquire after release: %+v, %v", r, err)
+	}
+}
+
+// TestWarmLoadsInFlightScripts: the Redis warm-up loads the in-flight
+// store's scripts with the others, so a first Acquire after readiness
+// runs EVALSHA, not a cold EVAL.
+func TestWarmLoadsInFlightScripts(t *testing.T) {
+	srv := redistest.Standalone(t)
+	cfg := defaultConfig(t)
+	cfg.RedisURL = srv.URL
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store, err := newRedisStore(cfg, storeDeps{Registerer: prometheus.NewRegistry(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.(warmer).Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var shas []string
+	for _, src := range inflightredis.Scripts() {
+		shas = append(shas, fmt.Sprintf("%x", sha1.Sum([]byte(src))))
+	}
+	loaded, err := srv.Client().ScriptExists(t.Context(), shas...).Result()
+	if err != nil || !slices.Equal(loaded, []bool{true, true, true}) {
+		t.Errorf("in-flight scripts loaded: %v, %v; want all", loaded, err)
 	}
 }
