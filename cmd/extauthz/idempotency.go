@@ -13,6 +13,7 @@ import (
 	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/inflight"
 )
 
 // errWaitShort marks a completed record fewer replicas acknowledged than
@@ -20,10 +21,12 @@ import (
 var errWaitShort = errors.New("replication wait short")
 
 // idempotencyDeps is what the ext_authz and ext_proc servers share: the
-// Idempotency-Key store and its outcome counters.
+// Idempotency-Key store and its outcome counters, and the store of
+// max_in_flight slots (inflight.go), handed over the same way.
 type idempotencyDeps struct {
-	store  idempotency.Store
-	events *authz.IdempotencyMetrics
+	store    idempotency.Store
+	events   *authz.IdempotencyMetrics
+	inFlight inflight.Store
 }
 
 // The guard keeps one breaker per cluster master through this.
@@ -44,10 +47,14 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	if err != nil {
 		return idempotencyDeps{}, err
 	}
+	inFlight, err := newInFlight(cfg, rl, log)
+	if err != nil {
+		return idempotencyDeps{}, err
+	}
 	rb, ok := rl.(*redisBacked)
 	if !ok {
 		log.Info("idempotency store", "kind", "memory")
-		return idempotencyDeps{store: idemmem.New(idemmem.Config{MaxKeys: cfg.IdempotencyMemoryMaxKeys}), events: events}, nil
+		return idempotencyDeps{store: idemmem.New(idemmem.Config{MaxKeys: cfg.IdempotencyMemoryMaxKeys}), events: events, inFlight: inFlight}, nil
 	}
 	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix, Wait: idemredis.Wait{
 		Replicas: cfg.IdempotencyWaitReplicas, Timeout: cfg.IdempotencyWaitTimeout,
@@ -68,5 +75,5 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 		return idempotencyDeps{}, err
 	}
 	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix, "wait_replicas", cfg.IdempotencyWaitReplicas)
-	return idempotencyDeps{store: store, events: events}, nil
+	return idempotencyDeps{store: store, events: events, inFlight: inFlight}, nil
 }

@@ -159,7 +159,7 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 	// One latency record for both: ext_proc measures the leases, ext_authz
 	// answers most 409s.
 	latency := authz.WithRouteLatency(authz.NewRouteLatency(nil))
-	opts := append([]authz.IdempotencyOption{timeout, latency}, extra...)
+	opts := append([]authz.IdempotencyOption{timeout, latency, authz.WithInFlight(idem.inFlight)}, extra...)
 	l.add(authz.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
 	l.add(authz.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err

@@ -13,6 +13,7 @@ import (
 	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
+	inflightredis "github.com/extauthz/extauthz/pkg/ratelimit/inflight/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/overlimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota/quotaredis"
@@ -49,9 +50,9 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	// and reported by /readyz).
 	redis.SetLogger(redisLogger{deps.Logger})
 	events := newRedisEvents(deps.Logger, cfg.RedisCluster)
-	// Every script the process runs on Redis: rate limits, idempotency and
-	// RLQS demands.
-	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts())
+	// Every script the process runs on Redis: rate limits, idempotency,
+	// RLQS demands and max_in_flight slots.
+	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts(), inflightredis.Scripts())
 	warm := func(ctx context.Context) error { return redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()) }
 	rw := newRewarmer(warm, cfg.warmAttemptTimeout())
 	events.onBreaker = rw.breaker

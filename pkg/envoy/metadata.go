@@ -28,3 +28,15 @@ const (
 	ActionLease    = "lease"
 	ActionReplay   = "replay"
 )
+
+// MetadataInFlight is the field of ExtAuthzNamespace, beside MetadataField,
+// under which ext_authz hands a max_in_flight slot to ext_proc:
+//
+//	in_flight:
+//	  key:     the slot set's key (identity and route)
+//	  slot:    the slot's token
+//	  ttl_ms:  the route's in_flight_ttl when the slot was taken
+//
+// ext_proc renews the slot while the stream lives and releases it when
+// the stream ends, whichever replica that is: the store is shared.
+const MetadataInFlight = "in_flight"

@@ -52,6 +52,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	invalid   *prometheus.CounterVec
+	inFlight  *prometheus.CounterVec
 	rules     *ruleMetrics
 	// latencyOf holds each API's histogram, found on every call without
 	// hashing its label again. Written only by precreate.
@@ -66,6 +67,7 @@ type Metrics struct {
 //	extauthz_decision_duration_seconds{api}          time to answer one call
 //	extauthz_invalid_requests_total{api,reason}      request parts decided by a fallback rule
 //	extauthz_rule_hits_total{api,rule,stat}          hits per rate-limit rule (see MetricsOptions)
+//	extauthz_inflight_total{api,outcome}             max_in_flight slots (the InFlight* outcomes)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return NewMetricsWith(reg, MetricsOptions{})
 }
@@ -90,8 +92,12 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, e
 			Name: "extauthz_invalid_requests_total",
 			Help: "Request parts decided by a documented fallback rule instead of as they came (never an error to Envoy), by API and reason.",
 		}, []string{"api", "reason"}),
+		inFlight: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "extauthz_inflight_total",
+			Help: "max_in_flight slots by API and outcome: acquired, over_limit, error (ext_authz); released, expired, renew_error, error (ext_proc).",
+		}, []string{"api", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.invalid} {
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.invalid, m.inFlight} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("envoy: register metrics: %w", err)
 		}
@@ -117,6 +123,37 @@ func (m *Metrics) precreate() {
 	for _, o := range []string{OutcomeOK, OutcomeOverLimit, OutcomeNoMatch, OutcomeError} {
 		m.decisions.WithLabelValues(APIExtAuthz, HTTPDomain, o)
 	}
+	for _, o := range []string{InFlightAcquired, InFlightOverLimit, InFlightError} {
+		m.inFlight.WithLabelValues(APIExtAuthz, o)
+	}
+	for _, o := range []string{InFlightReleased, InFlightExpired, InFlightRenewError, InFlightError} {
+		m.inFlight.WithLabelValues(APIExtProc, o)
+	}
+}
+
+// Outcomes of max_in_flight slots, the "outcome" label of
+// extauthz_inflight_total.
+const (
+	// InFlightAcquired: ext_authz took a slot and admitted the request.
+	InFlightAcquired = "acquired"
+	// InFlightOverLimit: every slot was taken; answered 429.
+	InFlightOverLimit = "over_limit"
+	// InFlightError: the store failed. ext_authz gave no answer (Envoy's
+	// failure_mode_allow decides, as for a rate-limit store error);
+	// ext_proc's release failed (the slot frees after its ttl).
+	InFlightError = "error"
+	// InFlightReleased: ext_proc gave the slot back when the stream ended.
+	InFlightReleased = "released"
+	// InFlightExpired: at release the slot was already gone (its ttl ran
+	// out unrenewed, or the store lost it): the store had freed it.
+	InFlightExpired = "expired"
+	// InFlightRenewError: one renewal failed (the next tick tries again).
+	InFlightRenewError = "renew_error"
+)
+
+// InFlight counts one max_in_flight slot event.
+func (m *Metrics) InFlight(api, outcome string) {
+	m.inFlight.WithLabelValues(api, outcome).Inc()
 }
 
 // Decision counts one decision.

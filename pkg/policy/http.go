@@ -147,10 +147,15 @@ func (d *decoder) route(f field) *Route {
 			r.Idempotency = d.idempotency(kv)
 		case "header_style":
 			r.HeaderStyle = d.headerStyle(kv)
+		case "max_in_flight":
+			r.MaxInFlight = d.maxInFlight(kv)
+		case "in_flight_ttl":
+			r.InFlightTTL = d.inFlightTTL(kv)
 		default:
 			d.unknown(kv)
 		}
 	}
+	d.inFlightDefaults(r, f, has)
 	if r.Name == "" {
 		d.problem(f.line, joinPath(f.path, "name"), "is required")
 	}

@@ -180,6 +180,13 @@ type Route struct {
 	// HeaderStyle is the rate-limit header fields of the route's answers,
 	// its own header_style or the http section's (never zero once loaded).
 	HeaderStyle HeaderStyle
+	// MaxInFlight, when positive, caps the requests of one caller on this
+	// route running at the upstream at once (max_in_flight); 0: no cap.
+	MaxInFlight int
+	// InFlightTTL is how long an in-flight slot lives without a renewal
+	// (in_flight_ttl, default DefaultInFlightTTL): the bound on how long a
+	// slot whose release was lost stays held.
+	InFlightTTL time.Duration
 
 	tierRef    ref           // tier_limits as written, until resolved
 	hosts      []hostPattern // Hosts, parsed

@@ -18,6 +18,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/inflight"
 )
 
 // Authz serves envoy.service.auth.v3.Authorization for the policy's HTTP
@@ -32,6 +33,12 @@ import (
 //     (store down, route fails closed), or OK holding a lease that is handed
 //     to ext_proc in dynamic_metadata (see envoy.MetadataField).
 //
+// Between the two, a route with max_in_flight takes one of the caller's
+// slots (429 problem+json with RateLimit-Policy in the unit
+// concurrent-requests and Retry-After when all are taken); a request that
+// goes upstream hands its slot to ext_proc (envoy.MetadataInFlight), which
+// releases it when the request ends, and any other answer releases it here.
+//
 // A stored response whose body is not valid UTF-8 (ext_authz bodies are
 // proto strings) is not replayed here: the request is admitted without a
 // lease and marked with action "replay", and ext_proc, which sees the
@@ -41,6 +48,7 @@ type Authz struct {
 	authv3.UnimplementedAuthorizationServer
 
 	limits   ratelimit.Store
+	inFlight inflight.Store // nil unless WithInFlight
 	gate     gate
 	policies envoy.PolicySource
 	metrics  *envoy.Metrics
@@ -49,7 +57,7 @@ type Authz struct {
 // NewAuthz returns an Authz deciding rate limits with limits and
 // idempotency with idem, under the policies' current snapshot. events
 // counts idempotency outcomes; metrics the decisions and their latency.
-// Of the options, WithStoreTimeout applies.
+// Of the options, WithStoreTimeout and WithInFlight apply.
 func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies envoy.PolicySource, metrics *envoy.Metrics, events *IdempotencyMetrics, opts ...IdempotencyOption) (*Authz, error) {
 	switch {
 	case envoy.IsNil(limits):
@@ -63,7 +71,7 @@ func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies envoy.Pol
 	}
 	o := newIdemOptions(opts)
 	events.syncRoutes(httpPolicy(policies.Current()))
-	return &Authz{limits: limits, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics}, nil
+	return &Authz{limits: limits, inFlight: o.inFlight, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).
@@ -112,8 +120,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 		}
 		rlHeaders = hs
 	}
-	s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeOK)
-	return s.idempotency(ctx, route, r, rlHeaders), nil
+	return s.admit(ctx, route, r, limitScope(r.tenant, caller), rlHeaders)
 }
 
 // idempotency takes the Idempotency-Key decision and renders it.

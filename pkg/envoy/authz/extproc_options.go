@@ -7,6 +7,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
+	"github.com/extauthz/extauthz/pkg/ratelimit/inflight"
 )
 
 // IdempotencyOption configures NewAuthz and NewExtProc.
@@ -19,6 +20,7 @@ type idemOptions struct {
 	replay       *Replayer
 	blobs        blob.Store // nil: bodies over max_body_bytes are not kept
 	latency      *RouteLatency
+	inFlight     inflight.Store // nil: a max_in_flight route cannot be served
 }
 
 // Defaults of the options.
@@ -78,6 +80,18 @@ func WithBlobStore(b blob.Store) IdempotencyOption {
 	return func(o *idemOptions) {
 		if !envoy.IsNil(b) {
 			o.blobs = b
+		}
+	}
+}
+
+// WithInFlight sets the store of max_in_flight slots: ext_authz takes
+// slots in it, ext_proc renews and releases them. Both servers need the
+// same (shared) store. Without it a route with max_in_flight is answered
+// as a store failure (codes.Unavailable), never silently uncapped.
+func WithInFlight(s inflight.Store) IdempotencyOption {
+	return func(o *idemOptions) {
+		if !envoy.IsNil(s) {
+			o.inFlight = s
 		}
 	}
 }

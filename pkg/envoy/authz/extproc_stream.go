@@ -40,6 +40,9 @@ type procStream struct {
 
 	mark      replayMark // a replay ticket and scope proof to put on the request (extproc_replay.go)
 	replaying bool       // the response is a replay from extauthz: never stored
+
+	slot     *heldSlot // the request's max_in_flight slot, until released
+	slotDone bool      // the slot was released: never taken over again
 }
 
 // pendingBegin is a wiring (a) request whose body is still arriving.
@@ -70,6 +73,9 @@ const apiExtProc = envoy.APIExtProc
 // handle answers one message.
 func (st *procStream) handle(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 	st.observe(req)
+	if st.responseEnds(req) {
+		defer st.releaseSlot()
+	}
 	switch v := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return st.requestHeaders(req, v.RequestHeaders), nil
@@ -103,6 +109,7 @@ func (st *procStream) observe(req *extprocv3.ProcessingRequest) {
 // requestHeaders: wiring (b) acts on ext_authz's handoff; wiring (a)
 // checks the key and, for a bodiless request, decides at once.
 func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	st.holdSlot(req.GetMetadataContext())
 	hand, ok, err := handoffFrom(req.GetMetadataContext())
 	switch {
 	case err != nil:
@@ -271,11 +278,13 @@ func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
 	st.renew = st.s.startRenew(st.ctx, l, st.site())
 }
 
-// finish runs when the stream ends. An unsettled lease (client reset,
+// finish runs when the stream ends: it releases the request's in-flight
+// slot if the response's end did not. An unsettled lease (client reset,
 // ext_proc timeout, a reply cut short, a stream that never saw the
 // response) may have let the upstream act: it is completed as not
 // replayable, with the reply's status when one was seen.
 func (st *procStream) finish() {
+	st.releaseSlot()
 	if st.lease == nil || st.settled {
 		return
 	}

@@ -44,6 +44,9 @@ const (
 	// ProblemQuotaExceeded: 429, the IANA-registered type of the RateLimit
 	// header fields draft.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemTooManyInFlight: 429, the caller already has the route's
+	// max_in_flight requests running; one must end before another starts.
+	ProblemTooManyInFlight = "https://github.com/extauthz/extauthz/blob/main/docs/policy.md#max_in_flight"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -167,4 +170,10 @@ func problemReplayUnavailableDetail(detail string) *reply {
 func problemQuotaExceeded(policies []string) *reply {
 	return problemReply(Problem{Type: ProblemQuotaExceeded, Title: "Quota exceeded", Status: 429,
 		Detail: "Too many requests; retry after the Retry-After delay.", ViolatedPolicies: policies})
+}
+
+func problemTooManyInFlight(route string, limit int) *reply {
+	return problemReply(Problem{Type: ProblemTooManyInFlight, Title: "Too many requests in flight", Status: 429,
+		Detail:           "The route allows " + strconv.Itoa(limit) + " requests of one caller at once; retry when one has ended (Retry-After).",
+		ViolatedPolicies: []string{route + envoy.InFlightSuffix}})
 }
