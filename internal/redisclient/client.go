@@ -109,7 +109,9 @@ func New(o Options) (redis.UniversalClient, error) {
 
 // newFailover builds the Sentinel-backed client: a *redis.Client whose
 // dialer asks the sentinels for the master's address, and which drops its
-// connections to the old master when a sentinel announces +switch-master.
+// connections to the old master when a sentinel announces +switch-master,
+// or, should that message be missed, when the watchdog (sentinelwatch.go)
+// sees another master named.
 // To the stores it is a standalone server.
 func (o Options) newFailover(tlsConf *tls.Config) (redis.UniversalClient, error) {
 	if err := o.checkSentinel(); err != nil {
@@ -132,7 +134,11 @@ func (o Options) newFailover(tlsConf *tls.Config) (redis.UniversalClient, error)
 	}
 	o.tune(tunables{&opts.PoolSize, &opts.PipelinePoolSize, &opts.MaxRetries, &opts.DialerRetries,
 		&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.TLSConfig}, tlsConf)
-	return redis.NewFailoverClient(opts), nil
+	conns := newMasterConns(opts.SentinelAddrs, opts.DialTimeout, opts.TLSConfig)
+	opts.Dialer = conns.Dialer
+	c := redis.NewFailoverClient(opts)
+	go watchSentinels(c, opts, conns) // ends when c is closed
+	return c, nil
 }
 
 // checkSentinel reports Sentinel options that do not fit together.
