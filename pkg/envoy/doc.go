@@ -13,8 +13,8 @@
 // Tracing, the gRPC interceptors that start one span per Envoy call (a
 // pair around the unchanged handlers, wired only when tracing is on). The
 // Rate Limit Quota Service (package rlqs) shares the policy's descriptor
-// tree with RLS but none of this core: its streams are long-lived and
-// traced per report.
+// tree with RLS and only SampledLog of this core: its streams are
+// long-lived and traced per report.
 //
 // Of the libraries under pkg/, this package and its subpackages are the only
 // ones that import go-control-plane: pkg/ratelimit, pkg/policy and

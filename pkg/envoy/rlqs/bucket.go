@@ -58,7 +58,7 @@ func (st *stream) resolve(b *bucket) {
 	d := p.Domain(st.domain)
 	if d == nil {
 		b.kind, b.outcome, b.series = kindAllow, outcomeUnknownDomain, seriesUnknownDomain
-		st.s.domLog.print("rlqs: a stream's domain is not in the policy; its buckets are allowed",
+		st.s.domLog.Print("rlqs: a stream's domain is not in the policy; its buckets are allowed",
 			"domain", labelValue(st.domain))
 		return
 	}
@@ -172,7 +172,7 @@ func (st *stream) allocate(ctx context.Context, b *bucket, now time.Time) (map[s
 func (st *stream) failed(b *bucket, now time.Time, due bool, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	mode := failureMode(st.s.opts.FailClosed)
 	st.s.metrics.storeErrors.WithLabelValues(mode).Inc()
-	st.s.errLog.print("rlqs: demand store failed; applying the failure mode", "mode", mode, "err", err)
+	st.s.errLog.Print("rlqs: demand store failed; applying the failure mode", "mode", mode, "err", err)
 	switch {
 	case st.s.opts.FailClosed:
 		if !due && b.lastKind == kindDeny {

@@ -55,7 +55,7 @@ func (st *stream) charge(ctx context.Context, b *bucket, allowed uint64) {
 	}
 	if err != nil {
 		result = chargeFailed
-		st.s.errLog.print("rlqs: charging reported usage to the rate-limit store failed", "err", err)
+		st.s.errLog.Print("rlqs: charging reported usage to the rate-limit store failed", "err", err)
 	}
 	st.s.metrics.charges.WithLabelValues(result).Inc()
 }

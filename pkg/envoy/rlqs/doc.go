@@ -23,7 +23,7 @@
 //
 //   - a rule with limits: a token bucket, its share of the budget;
 //   - no matching rule, or a domain the policy does not have: ALLOW_ALL,
-//     counted (and, for the domain, logged at most every LogSampleInterval);
+//     counted (and, for the domain, logged at most every envoy.LogSampleInterval);
 //   - an unlimited or shadow_mode rule: ALLOW_ALL;
 //   - a blocked rule (requests_per_unit: 0): DENY_ALL.
 //

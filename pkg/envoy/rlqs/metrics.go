@@ -1,10 +1,7 @@
 package rlqs
 
 import (
-	"log/slog"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -126,29 +123,4 @@ func (c *seriesCap) name(id string) string {
 	}
 	c.seen[id] = struct{}{}
 	return id
-}
-
-// LogSampleInterval is the least time between two lines of one kind:
-// stream input comes from clients, and a client must not flood the log.
-const LogSampleInterval = 10 * time.Second
-
-// sampledLog prints at most one line per LogSampleInterval and reports how
-// many it suppressed. A nil log is silent.
-type sampledLog struct {
-	log        *slog.Logger
-	next       atomic.Int64 // unix nanoseconds before which lines are dropped
-	suppressed atomic.Int64
-}
-
-func (l *sampledLog) print(msg string, args ...any) {
-	if l.log == nil {
-		return
-	}
-	now := time.Now().UnixNano()
-	next := l.next.Load()
-	if now < next || !l.next.CompareAndSwap(next, now+int64(LogSampleInterval)) {
-		l.suppressed.Add(1)
-		return
-	}
-	l.log.Warn(msg, append(args, "suppressed", l.suppressed.Swap(0))...)
 }

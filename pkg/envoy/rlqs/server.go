@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
@@ -113,8 +114,8 @@ type Server struct {
 	allocs  *allocCache
 	ttl     time.Duration
 	tracer  trace.Tracer
-	domLog  sampledLog
-	errLog  sampledLog
+	domLog  envoy.SampledLog
+	errLog  envoy.SampledLog
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -134,7 +135,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick), draining: make(chan struct{}),
 		tracer: tracerOf(o.TracerProvider)}
 	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
-	s.domLog.log, s.errLog.log = o.Logger, o.Logger
+	s.domLog.Log, s.errLog.Log = o.Logger, o.Logger
 	return s, nil
 }
 
