@@ -1,12 +1,8 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
-	"net"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,91 +12,6 @@ import (
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 )
-
-// holdingProxy forwards a client's connections to the cluster's nodes.
-// Once delay is set it holds the next reply that long (past the client's
-// read timeout: the command ran but its caller saw a timeout), and it
-// counts the requests that name a given key, so that a re-send shows.
-type holdingProxy struct {
-	delay atomic.Int64
-	mu    sync.Mutex
-	addrs map[string]string // node address → proxy address
-	seen  bytes.Buffer      // every request byte forwarded
-}
-
-func (p *holdingProxy) dial(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		p.mu.Lock()
-		front, ok := p.addrs[addr]
-		if !ok {
-			front = p.listen(t, addr)
-			p.addrs[addr] = front
-		}
-		p.mu.Unlock()
-		var d net.Dialer
-		return d.DialContext(ctx, network, front)
-	}
-}
-
-func (p *holdingProxy) listen(t *testing.T, addr string) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lis.Close() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c, addr)
-		}
-	}()
-	return lis.Addr().String()
-}
-
-func (p *holdingProxy) serve(c net.Conn, addr string) {
-	defer c.Close()
-	up, err := net.Dial("tcp", addr)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			p.seen.Write(buf[:n])
-			p.mu.Unlock()
-			if _, err := up.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := up.Read(buf)
-		if err != nil {
-			return
-		}
-		time.Sleep(time.Duration(p.delay.Swap(0))) // one reply only
-		if _, err := c.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
-
-// sent counts the forwarded requests naming key.
-func (p *holdingProxy) sent(key string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return bytes.Count(p.seen.Bytes(), []byte(key))
-}
 
 // TestClusterLostRepliesAreNotResent: on the 3-master cluster, through a
 // proxy that holds one reply past the client's read timeout, a Begin and a
@@ -112,8 +23,8 @@ func TestClusterLostRepliesAreNotResent(t *testing.T) {
 	cl := redistest.NewCluster(t)
 	direct := cl.Client()
 	loadScripts(t, direct)
-	p := &holdingProxy{addrs: map[string]string{}}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, Dialer: p.dial(t), ReadTimeout: 300 * time.Millisecond})
+	p := redistest.NewHoldingProxy(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, Dialer: p.Dial, ReadTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { c.Close() })
 	s, err := redisstore.New(c, redisstore.Options{Prefix: "noretry"})
 	if err != nil {
@@ -129,12 +40,12 @@ func TestClusterLostRepliesAreNotResent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p.delay.Store(int64(1500 * time.Millisecond))
+	p.Hold(1500 * time.Millisecond)
 	if _, err := s.Begin(ctx, "t", "lost-begin", fp, ttls); err == nil {
 		t.Fatal("Begin succeeded although its reply was held past the read timeout")
 	}
 	time.Sleep(2 * time.Second) // let anything re-sent reach Redis
-	if n := p.sent(key); n != 1 {
+	if n := p.Sent(key); n != 1 {
 		t.Fatalf("Begin reached Redis %d times, want 1", n)
 	}
 	if st, err := direct.HGet(ctx, key, "st").Result(); err != nil || st != "p" {
@@ -146,12 +57,12 @@ func TestClusterLostRepliesAreNotResent(t *testing.T) {
 		t.Fatalf("Begin: %v %v", o.Kind, err)
 	}
 	want := idempotency.Response{Status: 201, Body: []byte("created")}
-	p.delay.Store(int64(1500 * time.Millisecond))
+	p.Hold(1500 * time.Millisecond)
 	if err := s.Complete(ctx, o.Lease, want); err == nil {
 		t.Fatal("Complete succeeded although its reply was held past the read timeout")
 	}
 	time.Sleep(2 * time.Second)
-	if n := p.sent(s.Key("t", "lost-complete")); n != 2 { // Begin + one Complete
+	if n := p.Sent(s.Key("t", "lost-complete")); n != 2 { // Begin + one Complete
 		t.Fatalf("Begin and Complete reached Redis %d times, want 2", n)
 	}
 	if err := s.Complete(ctx, o.Lease, want); err != nil {
