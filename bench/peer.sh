@@ -12,11 +12,16 @@
 #   xagcra  extauthz on Redis, gcra (same process, another domain)
 #   xamem   extauthz with its in-process memory store
 #   base    extauthz built from git ref BASELINE, on Redis (only if set)
+#   xaallot      extauthz on Redis, fixed_window with consistency: allotment
+#   xaallotgcra  extauthz on Redis, gcra with consistency: allotment
 # Each run: ShouldRateLimit with one descriptor over one gRPC connection,
 # 10,000 keys, a limit never reached, a warm-up run then a measured run.
 # CPU of the server and of Redis comes from /proc/<pid>/stat (utime+stime)
 # around the measured run. Then ext_authz Check with one HTTP limit on
-# Redis (xa, and base if set).
+# Redis (xa, and base if set). Then the hot keys (api "rlshot" in the rows):
+# the same ShouldRateLimit over HOT_KEYS keys only, for the peer, xa, xagcra
+# and both allotment services, in a rotating order; and the allotment
+# services over KEYS keys at ALLOT_CONCS, beside xa and xagcra.
 #
 # Prints the raw rows and the ratio table, writes the rows to
 # $OUT.tsv and the chart to $OUT.png (matplotlib; PLOT_PYTHON names a python
@@ -27,7 +32,9 @@
 # Variables (defaults): CONCS ("1 2 4 8 16 32 64 128"), ROUNDS (2),
 #   DURATION (8s), WARMUP (1s), KEYS (10000), CHECK_CONCS ("1 16 64"),
 #   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer), MAX_BATCH (128,
-#   extauthz's EXTAUTHZ_REDIS_MAX_BATCH for xa; the baseline predates it).
+#   extauthz's EXTAUTHZ_REDIS_MAX_BATCH for xa; the baseline predates it),
+#   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"; empty skips the
+#   allotment rows over KEYS keys).
 # Needs: go, redis-server, redis-cli, curl, jq, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +50,9 @@ CHECK_CONCS=${CHECK_CONCS:-"1 16 64"}
 GCRA_CONCS=${GCRA_CONCS:-"1 16 64"}
 OUT=${OUT:-docs/benchmarks-redis-peer}
 BASELINE=${BASELINE:-}
+HOT_KEYS=${HOT_KEYS:-10}
+HOT_CONCS=${HOT_CONCS-64}
+ALLOT_CONCS=${ALLOT_CONCS-64}
 
 . bench/lib.sh # work, pids, cleanup, freeport, cputicks, hz
 
@@ -65,6 +75,20 @@ domain: bench_gcra
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: gcra}
+YAML
+# The allotment services: the same limits, decided from slices leased from
+# Redis (docs/algorithms.md, "Consistency").
+cat >"$work/policy/bench_allot.yaml" <<'YAML'
+domain: bench_allot
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window, consistency: allotment}
+YAML
+cat >"$work/policy/bench_allot_gcra.yaml" <<'YAML'
+domain: bench_allot_gcra
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: gcra, consistency: allotment}
 YAML
 cat >"$work/policy/http.yaml" <<'YAML'
 http:
@@ -134,18 +158,26 @@ if [ -n "$BASELINE" ]; then
 	start_extauthz base "$work/extauthz-base" "${redis_env[@]}"
 	services+=(base)
 fi
-pid_xagcra=$pid_xa
-addr_xagcra=$addr_xa
+# The gcra and allotment services are other domains of the xa process.
+for svc in xagcra xaallot xaallotgcra; do
+	printf -v "pid_$svc" %s "$pid_xa"
+	printf -v "addr_$svc" %s "$addr_xa"
+done
 
 # run SERVICE API CONC ROUND: a warm-up run, then a measured run; appends
 # one row to $work/rows.tsv.
 run() {
-	local svc=$1 api=$2 conc=$3 round=$4 pid addr domain=bench key=user x0 r0 x1 r1 out
+	local svc=$1 api=$2 conc=$3 round=$4 pid addr domain=bench key=user keys=$KEYS loadapi=$2 x0 r0 x1 r1 out
 	pid=pid_$svc addr=addr_$svc
 	pid=${!pid} addr=${!addr}
-	[ "$svc" = xagcra ] && domain=bench_gcra
+	case $svc in
+	xagcra) domain=bench_gcra ;;
+	xaallot) domain=bench_allot ;;
+	xaallotgcra) domain=bench_allot_gcra ;;
+	esac
 	[ "$api" = authz ] && key=x-tenant-id
-	local args=(-addr "$addr" -api "$api" -domain "$domain" -key "$key" -keys "$KEYS" -concurrency "$conc")
+	[ "$api" = rlshot ] && keys=$HOT_KEYS loadapi=rls
+	local args=(-addr "$addr" -api "$loadapi" -domain "$domain" -key "$key" -keys "$keys" -concurrency "$conc")
 	"$work/extauthz-load" "${args[@]}" -duration "$WARMUP" >/dev/null
 	x0=$(cputicks "$pid")
 	r0=$(cputicks "$rpid")
@@ -177,6 +209,14 @@ for round in $(seq "$ROUNDS"); do
 		done
 	done
 	for conc in $GCRA_CONCS; do run xagcra rls "$conc" "$round"; done
+	for conc in $ALLOT_CONCS; do
+		run xaallot rls "$conc" "$round"
+		run xaallotgcra rls "$conc" "$round"
+	done
+	hot=(peer xa xagcra xaallot xaallotgcra)
+	for conc in $HOT_CONCS; do
+		for i in $(seq 0 4); do run "${hot[$(((i + round) % 5))]}" rlshot "$conc" "$round"; done
+	done
 	for conc in $CHECK_CONCS; do
 		run xa authz "$conc" "$round"
 		[ -n "$BASELINE" ] && run base authz "$conc" "$round"

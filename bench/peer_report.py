@@ -19,6 +19,8 @@ NAMES = {
     "xagcra": "extauthz (Redis, gcra)",
     "xamem": "extauthz (memory store)",
     "base": "extauthz baseline (Redis, fixed_window)",
+    "xaallot": "extauthz (Redis, fixed_window, allotment)",
+    "xaallotgcra": "extauthz (Redis, gcra, allotment)",
 }
 FIELDS = ["rps", "p50_us", "p99_us", "server_cpu_us", "redis_cpu_us", "load1"]
 
@@ -51,16 +53,16 @@ def figures(med, api, services):
     print()
 
 
-def ratios(med, svc, ref):
-    concs = sorted(c for (a, s, c) in med if a == "rls" and s == svc and ("rls", ref, c) in med)
+def ratios(med, svc, ref, api="rls"):
+    concs = sorted(c for (a, s, c) in med if a == api and s == svc and (api, ref, c) in med)
     if not concs:
         return
-    print(f"Ratios {svc} / {ref} (RLS, medians):")
+    print(f"Ratios {svc} / {ref} ({api}, medians):")
     print()
     print("| concurrency | throughput | p50 | p99 | server CPU/req | Redis CPU/req | server+Redis CPU/req |")
     print("|---|---|---|---|---|---|---|")
     for c in concs:
-        x, p = med[("rls", svc, c)], med[("rls", ref, c)]
+        x, p = med[(api, svc, c)], med[(api, ref, c)]
 
         def r(k):
             return f"{x[k] / p[k]:.2f}×" if p[k] else "–"
@@ -70,13 +72,43 @@ def ratios(med, svc, ref):
     print()
 
 
+def per_round(path, svc, ref, api="rls"):
+    """Prints svc/ref throughput and CPU ratios of each round: the spread the
+    medians hide."""
+    runs = {}
+    with open(path) as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            runs[(row["round"], row["api"], row["service"], int(row["concurrency"]))] = row
+    keys = sorted({(r, c) for (r, a, s, c) in runs if a == api and s == svc and (r, api, ref, c) in runs},
+                  key=lambda k: (k[1], int(k[0])))
+    if not keys:
+        return
+    print(f"Per round, {svc} / {ref} ({api}):")
+    print()
+    print("| concurrency | round | throughput | server+Redis CPU/req |")
+    print("|---|---|---|---|")
+    for rnd, c in keys:
+        x, p = runs[(rnd, api, svc, c)], runs[(rnd, api, ref, c)]
+        cx = float(x["server_cpu_us"]) + float(x["redis_cpu_us"])
+        cp = float(p["server_cpu_us"]) + float(p["redis_cpu_us"])
+        tr = float(x["rps"]) / float(p["rps"]) if float(p["rps"]) else 0
+        print(f"| {c} | {rnd} | {tr:.2f}× | {cx / cp if cp else 0:.2f}× |")
+    print()
+
+
 def chart(med, png):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    order = list(NAMES)
+    hot = sorted(((c, s, m) for (a, s, c), m in med.items() if a == "rlshot"),
+                 key=lambda h: (h[0], order.index(h[1]) if h[1] in order else len(order)))
+    if hot:
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [2, 2, 1.4]})
+    else:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     styles = {"peer": ("tab:red", "o"), "xa": ("tab:blue", "s"), "xamem": ("tab:green", "^"),
               "base": ("tab:gray", "x")}
     for svc, (color, marker) in styles.items():
@@ -101,6 +133,15 @@ def chart(med, png):
     ax2.set_title("p99 latency (lower is better)")
     ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax1.legend(loc="upper left", fontsize=8)
+    if hot:
+        labels = [f"{s} c={c}" for c, s, _ in hot]
+        colors = {"peer": "tab:red", "xa": "tab:blue", "xagcra": "tab:cyan", "xaallot": "tab:purple",
+                  "xaallotgcra": "tab:pink"}
+        ax3.bar(range(len(hot)), [m["rps"] for _, _, m in hot], color=[colors.get(s, "tab:gray") for _, s, _ in hot])
+        ax3.set_xticks(range(len(hot)), labels, fontsize=7, rotation=40, ha="right")
+        ax3.set_ylabel("decisions per second")
+        ax3.set_title("Hot keys (a few keys; higher is better)")
+        ax3.grid(True, axis="y", alpha=0.3)
     load = statistics.median(m["load1"] for m in med.values())
     fig.suptitle("ShouldRateLimit, one descriptor, 10,000 keys, limit never reached; "
                  f"medians of alternating runs, 2 cores, median load average {load:.1f}")
@@ -117,6 +158,14 @@ def main():
     ratios(med, "xagcra", "peer")
     ratios(med, "base", "peer")
     ratios(med, "xa", "base")
+    ratios(med, "xaallot", "xa")
+    ratios(med, "xaallotgcra", "xagcra")
+    if any(k[0] == "rlshot" for k in med):
+        figures(med, "rlshot", [s for s in NAMES if ("rlshot", s) in {(k[0], k[1]) for k in med}])
+        for svc in ("xa", "xagcra", "xaallot", "xaallotgcra"):
+            ratios(med, svc, "peer", api="rlshot")
+    per_round(rows, "xa", "peer")
+    per_round(rows, "xagcra", "peer")
     if any(k[0] == "authz" for k in med):
         figures(med, "authz", [s for s in ("xa", "base") if ("authz", s) in {(k[0], k[1]) for k in med}])
     chart(med, png)
