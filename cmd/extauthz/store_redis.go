@@ -68,7 +68,10 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 
 // redisStack wraps the Redis store in the failure mode and the local cache.
 func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps, events *redisEvents) (ratelimit.Store, error) {
-	rs, err := redisstore.New(client, redisstore.Options{Prefix: cfg.KeyPrefix, MaxBatch: max(cfg.RedisMaxBatch, 1)})
+	// The store bounds each decision's wait itself (one deadline per round
+	// trip while coalescing), so failover adds no context and timer per
+	// decision of its own.
+	rs, err := redisstore.New(client, redisstore.Options{Prefix: cfg.KeyPrefix, MaxBatch: max(cfg.RedisMaxBatch, 1), CallTimeout: cfg.RedisCallTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
 	}
@@ -80,7 +83,7 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 	}
 	fs, err := failover.New(rs, failover.Options{
 		Mode: mode, Fallback: fallback, Registerer: deps.Registerer, Now: deps.Now,
-		CallTimeout: cfg.RedisCallTimeout, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
+		FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
 		OnError:  func(node string, err error) { events.onError("ratelimit", node, err) },
 		OnChange: func(node string, open bool, err error) { events.onChange("ratelimit", node, open, err) },
 	})

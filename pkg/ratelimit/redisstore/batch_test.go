@@ -19,7 +19,7 @@ func runBatch(t *testing.T, s *Store, reqs []ratelimit.Request, now int64) []*ca
 	t.Helper()
 	calls := make([]*call, len(reqs))
 	for i, r := range reqs {
-		calls[i] = s.newCall(context.Background(), r, now)
+		calls[i] = s.newCall(context.Background(), r, now, time.Now())
 		if scriptFor(calls[i].args) != decideSingle {
 			t.Fatalf("request %d would not be batched: %+v", i, r)
 		}

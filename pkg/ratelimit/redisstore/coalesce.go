@@ -37,6 +37,7 @@ type lane struct {
 // call is one request's trip through a lane.
 type call struct {
 	ctx   context.Context
+	asked time.Time // when the decision was asked for: CallTimeout counts from here
 	keys  []string
 	args  []any
 	state atomic.Int32 // callQueued, then callSent or callAbandoned
@@ -62,9 +63,9 @@ type masterForKeyer interface {
 // allowCoalesced decides reqs through the lanes of their nodes and waits
 // for every answer. reqs are valid.
 func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
-	now := s.fixedNow()
+	now, asked := s.fixedNow(), time.Now()
 	if len(reqs) == 1 { // the common case, without the grouping's slices
-		c := s.newCall(ctx, reqs[0], now)
+		c := s.newCall(ctx, reqs[0], now, asked)
 		l := s.laneOf(ctx, c.keys[0])
 		if batch := s.enqueue(l, c); batch != nil {
 			s.fly(l, batch)
@@ -76,7 +77,7 @@ func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([
 	}
 	calls := make([]*call, len(reqs))
 	for i, r := range reqs {
-		calls[i] = s.newCall(ctx, r, now)
+		calls[i] = s.newCall(ctx, r, now, asked)
 	}
 	// Group by lane first, so one caller's calls to a node leave together.
 	var lanes []*lane
@@ -112,9 +113,9 @@ func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([
 	return out, nil
 }
 
-func (s *Store) newCall(ctx context.Context, r ratelimit.Request, now int64) *call {
+func (s *Store) newCall(ctx context.Context, r ratelimit.Request, now int64, asked time.Time) *call {
 	return &call{
-		ctx: ctx, keys: requestKeys(s.prefix, r), args: scriptArgs(r, now),
+		ctx: ctx, asked: asked, keys: requestKeys(s.prefix, r), args: scriptArgs(r, now),
 		done: make(chan struct{}), limits: len(r.Limits),
 	}
 }
@@ -202,11 +203,13 @@ func (s *Store) send(batch []*call) {
 		return
 	case 1:
 		c := live[0]
-		cmd := scriptFor(c.args).Run(c.ctx, s.client, c.keys, c.args)
+		ctx, cancel := s.bound(c.ctx, c.asked)
+		defer cancel()
+		cmd := scriptFor(c.args).Run(ctx, s.client, c.keys, c.args)
 		c.answer(cmd.Result())
 		return
 	}
-	ctx, cancel := batchContext(live)
+	ctx, cancel := batchContext(live, s.timeout)
 	defer cancel()
 	s.sendTogether(ctx, live)
 }
@@ -302,17 +305,29 @@ func (c *call) answer(v any, err error) {
 // batchContext bounds a pipeline by the latest deadline among its calls, so
 // no call's own deadline is cut short by another's; each caller still
 // stops waiting at its own deadline. Cancellation is not inherited: one
-// caller giving up must not fail the others' commands.
-func batchContext(calls []*call) (context.Context, context.CancelFunc) {
-	var latest time.Time
+// caller giving up must not fail the others' commands. With a CallTimeout,
+// the pipeline also ends when the call asked for first reaches it: every
+// call then waits at most CallTimeout from its asking, and the round trip
+// pays for one context and timer, not one per call.
+func batchContext(calls []*call, timeout time.Duration) (context.Context, context.CancelFunc) {
+	var latest, first time.Time
+	bounded := true // every call has a deadline of its own
 	for _, c := range calls {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithoutCancel(c.ctx), func() {}
+		if first.IsZero() || c.asked.Before(first) {
+			first = c.asked
 		}
-		if d.After(latest) {
+		d, ok := c.ctx.Deadline()
+		bounded = bounded && ok
+		if ok && d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+	base := context.WithoutCancel(calls[0].ctx)
+	if timeout > 0 && (!bounded || first.Add(timeout).Before(latest)) {
+		latest, bounded = first.Add(timeout), true
+	}
+	if !bounded {
+		return base, func() {}
+	}
+	return context.WithDeadline(base, latest)
 }

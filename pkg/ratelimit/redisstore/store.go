@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -55,6 +56,12 @@ type Options struct {
 	// coalescing (see coalesce.go); default DefaultMaxBatch. 1 turns
 	// coalescing off: every request goes out on its own at once.
 	MaxBatch int
+	// CallTimeout bounds each decision's wait for Redis, counted from when
+	// the decision was asked for (so time queued behind a round trip
+	// counts); 0 leaves only the caller's deadline. While coalescing, one
+	// deadline bounds each round trip, the earliest its calls need, so a
+	// decision pays for no context or timer of its own.
+	CallTimeout time.Duration
 }
 
 // Store is a ratelimit.Store on Redis. It is safe for concurrent use.
@@ -69,6 +76,8 @@ type Store struct {
 	// batchScripts: the client is one server (not a cluster, whose keys
 	// span slots), so coalesced one-limit decisions share one script call.
 	batchScripts bool
+	// timeout is Options.CallTimeout.
+	timeout time.Duration
 	// now, when set (tests only), gives the script a fixed instant in
 	// microseconds instead of Redis's TIME.
 	now func() int64
@@ -89,6 +98,9 @@ func New(client Client, opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix)
 	}
+	if opts.CallTimeout < 0 {
+		return nil, fmt.Errorf("redisstore: CallTimeout %s must not be negative", opts.CallTimeout)
+	}
 	if opts.MaxBatch < 0 {
 		return nil, fmt.Errorf("redisstore: MaxBatch %d must not be negative", opts.MaxBatch)
 	}
@@ -96,7 +108,7 @@ func New(client Client, opts Options) (*Store, error) {
 		opts.MaxBatch = DefaultMaxBatch
 	}
 	_, single := client.(*redis.Client)
-	return &Store{client: client, prefix: opts.Prefix, maxBatch: opts.MaxBatch, batchScripts: single}, nil
+	return &Store{client: client, prefix: opts.Prefix, maxBatch: opts.MaxBatch, batchScripts: single, timeout: opts.CallTimeout}, nil
 }
 
 // Allow decides one limit for one key.
@@ -121,10 +133,28 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 		return []ratelimit.Decision{}, nil
 	case s.maxBatch > 1:
 		return s.allowCoalesced(ctx, reqs)
-	case len(reqs) == 1:
+	}
+	ctx, cancel := s.bound(ctx, time.Now())
+	defer cancel()
+	if len(reqs) == 1 {
 		return s.runOne(ctx, reqs[0])
 	}
 	return s.runPipelined(ctx, reqs)
+}
+
+// bound returns ctx ending at asked + CallTimeout, or ctx itself when no
+// timeout is set or ctx's own deadline comes first (Envoy's filter timeout,
+// sent as grpc-timeout, usually does): a timer of our own would change
+// nothing there.
+func (s *Store) bound(ctx context.Context, asked time.Time) (context.Context, context.CancelFunc) {
+	if s.timeout <= 0 {
+		return ctx, func() {}
+	}
+	end := asked.Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && !d.After(end) {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, end)
 }
 
 // Ping loads the scripts on every master (a cluster client loads it on all
