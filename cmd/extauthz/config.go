@@ -74,9 +74,10 @@ type Config struct {
 	RedisReadTimeout time.Duration `envconfig:"REDIS_READ_TIMEOUT" default:"50ms"`
 	// RedisWriteTimeout bounds one Redis write.
 	RedisWriteTimeout time.Duration `envconfig:"REDIS_WRITE_TIMEOUT" default:"50ms"`
-	// RedisCallTimeout bounds one rate-limit decision's Redis call (a whole
-	// pipeline); past it the failure mode answers. Keep it below Envoy's
-	// ratelimit filter timeout so that the service, not Envoy, decides.
+	// RedisCallTimeout bounds one rate-limit decision's wait for Redis,
+	// counted from when it is asked (redisstore.Options.CallTimeout); past
+	// it the failure mode answers. Keep it below Envoy's ratelimit filter
+	// timeout so that the service, not Envoy, decides.
 	RedisCallTimeout time.Duration `envconfig:"REDIS_CALL_TIMEOUT" default:"50ms"`
 	// IdempotencyStoreTimeout bounds one Idempotency-Key store call; past it
 	// the route's idempotency failure_mode answers. Keep it below Envoy's
