@@ -72,6 +72,10 @@ func testSpec(config string, strip bool) renderSpec {
 			"upstream": {"127.0.0.1:19080"},
 		},
 		stripFilters: strip,
+		jwks:         testIdP.jwks,
+	}
+	if hasIdPCluster(config) {
+		spec.endpoints["idp"] = []string{"127.0.0.1:19004"}
 	}
 	if hasReplayCluster(config) {
 		spec.endpoints["extauthz_replay"] = []string{"127.0.0.1:19003"}
@@ -81,10 +85,14 @@ func testSpec(config string, strip bool) renderSpec {
 
 // shape is what rendering an envoy/ file must leave: its socket addresses
 // (admin, listener, the two extauthz endpoints, extauthz_replay when the
-// file has it, upstream) and its HTTP filters.
+// file has it, the identity provider when it has one, upstream) and its
+// HTTP filters.
 func shape(config string) (addrs, filters int) {
-	if config == "rlqs.yaml" {
+	switch config {
+	case "rlqs.yaml":
 		return 5, 2 // rate_limit_quota, router
+	case "front-proxy.yaml":
+		return 7, 5 // jwt_authn, ratelimit, ext_authz, ext_proc, router
 	}
 	return 6, 4 // ratelimit, ext_authz, ext_proc, router
 }

@@ -63,6 +63,9 @@ type stack struct {
 	admin string
 	// edsPath is the extauthz cluster's EDS file (opts.eds).
 	edsPath string
+	// jwt: Envoy runs jwt_authn (front-proxy.yaml), so try signs a token
+	// for each request that names a tenant (see try).
+	jwt bool
 }
 
 // replica is one extauthz process.
@@ -198,9 +201,14 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 		stripFilters:  s.opts.stripFilters,
 		keepFilters:   s.opts.keepFilters,
 		otlp:          s.opts.otlp,
+		jwks:          testIdP.jwks,
 	}
 	if hasReplayCluster(s.opts.config) {
 		spec.endpoints["extauthz_replay"] = s.replayAddrs()
+	}
+	if hasIdPCluster(s.opts.config) {
+		// Never called: the test JWKS replaces the remote one.
+		spec.endpoints["idp"] = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))}
 	}
 	if s.opts.eds {
 		s.edsPath = filepath.Join(s.dir, "eds", "extauthz.yaml")
@@ -215,6 +223,7 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	s.jwt = strings.Contains(string(cfg), "envoy.filters.http.jwt_authn")
 	cfgPath := filepath.Join(s.dir, name+".yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		s.t.Fatal(err)
@@ -256,6 +265,10 @@ func (s *stack) setEndpoints(addrs ...string) {
 // hasReplayCluster reports whether an envoy/ file has the extauthz_replay
 // cluster (the idempotency configs do; the RLQS one does not).
 func hasReplayCluster(config string) bool { return config != "rlqs.yaml" }
+
+// hasIdPCluster reports whether an envoy/ file has the idp cluster (the
+// remote JWKS of front-proxy.yaml's jwt_authn).
+func hasIdPCluster(config string) bool { return config == "front-proxy.yaml" }
 
 // listenerName is the name of the one listener of each envoy/ file.
 func listenerName(config string) string {
