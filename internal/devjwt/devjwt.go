@@ -75,9 +75,13 @@ func JWKS(keys ...*Key) ([]byte, error) {
 		Keys []jwk `json:"keys"`
 	}{Keys: []jwk{}}
 	for _, k := range keys {
-		pub := k.priv.PublicKey
+		// The uncompressed point: 0x04, then X and Y, 32 bytes each.
+		pt, err := k.priv.PublicKey.Bytes()
+		if err != nil || len(pt) != 65 {
+			return nil, fmt.Errorf("devjwt: public key of %q: %v", k.KID, err)
+		}
 		set.Keys = append(set.Keys, jwk{Kty: "EC", Crv: "P-256", Alg: "ES256", Use: "sig", Kid: k.KID,
-			X: b64(pub.X.FillBytes(make([]byte, 32))), Y: b64(pub.Y.FillBytes(make([]byte, 32)))})
+			X: b64(pt[1:33]), Y: b64(pt[33:])})
 	}
 	return json.Marshal(set)
 }

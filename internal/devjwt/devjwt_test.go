@@ -34,10 +34,13 @@ func verify(t *testing.T, jwks []byte, token string) map[string]any {
 		if k.Kid != header.Kid || k.Kty != "EC" || k.Crv != "P-256" {
 			continue
 		}
-		pub := ecdsa.PublicKey{Curve: elliptic.P256(), X: num(t, k.X), Y: num(t, k.Y)}
+		pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, raw(t, k.X)...), raw(t, k.Y)...))
+		if err != nil {
+			t.Fatal(err)
+		}
 		sig := raw(t, parts[2])
 		sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
-		if len(sig) != 64 || !ecdsa.Verify(&pub, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
+		if len(sig) != 64 || !ecdsa.Verify(pub, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
 			t.Fatalf("signature does not verify with kid %q", k.Kid)
 		}
 		var claims map[string]any
@@ -56,8 +59,6 @@ func raw(t *testing.T, s string) []byte {
 	}
 	return b
 }
-
-func num(t *testing.T, s string) *big.Int { return new(big.Int).SetBytes(raw(t, s)) }
 
 func decode(t *testing.T, s string, v any) {
 	t.Helper()
@@ -93,15 +94,11 @@ func TestSignedTokenVerifiesWithItsJWKSOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts, fparts := strings.Split(tok, "."), strings.Split(forged, ".")
-	pub := func() ecdsa.PublicKey { return k.priv.PublicKey }()
+	fparts := strings.Split(forged, ".")
 	sig := raw(t, fparts[2])
 	sum := sha256.Sum256([]byte(fparts[0] + "." + fparts[1]))
-	if ecdsa.Verify(&pub, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
+	if ecdsa.Verify(&k.priv.PublicKey, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
 		t.Error("a token of another key verifies with this key")
-	}
-	if parts[0] != fparts[0] {
-		t.Errorf("headers differ for one kid: %q vs %q", parts[0], fparts[0])
 	}
 }
 

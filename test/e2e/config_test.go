@@ -72,9 +72,9 @@ func testSpec(config string, strip bool) renderSpec {
 			"upstream": {"127.0.0.1:19080"},
 		},
 		stripFilters: strip,
-		jwks:         testIdP.jwks,
+		jwks:         testIDP.jwks,
 	}
-	if hasIdPCluster(config) {
+	if hasIDPCluster(config) {
 		spec.endpoints["idp"] = []string{"127.0.0.1:19004"}
 	}
 	if hasReplayCluster(config) {

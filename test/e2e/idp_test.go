@@ -17,9 +17,9 @@ const (
 	testAudience = "api.example.com"
 )
 
-// testIdP signs the tests' tokens. Its JWKS file replaces every jwt_authn
+// testIDP signs the tests' tokens. Its JWKS file replaces every jwt_authn
 // provider's key set when a configuration is rendered (renderSpec.jwks).
-var testIdP struct {
+var testIDP struct {
 	// key signs valid tokens; its public half is the JWKS file's only key.
 	key *devjwt.Key
 	// stranger has the same kid as key but is in no JWKS: its tokens are
@@ -32,23 +32,23 @@ var testIdP struct {
 	tokens map[string]string // sub -> valid token, for tenantToken
 }
 
-// newTestIdP makes the keys and writes the JWKS file into dir (once per
+// newTestIDP makes the keys and writes the JWKS file into dir (once per
 // package run, from TestMain).
-func newTestIdP(dir string) error {
+func newTestIDP(dir string) error {
 	var err error
-	if testIdP.key, err = devjwt.NewKey("e2e"); err != nil {
+	if testIDP.key, err = devjwt.NewKey("e2e"); err != nil {
 		return err
 	}
-	if testIdP.stranger, err = devjwt.NewKey("e2e"); err != nil {
+	if testIDP.stranger, err = devjwt.NewKey("e2e"); err != nil {
 		return err
 	}
-	b, err := devjwt.JWKS(testIdP.key)
+	b, err := devjwt.JWKS(testIDP.key)
 	if err != nil {
 		return err
 	}
-	testIdP.jwks = filepath.Join(dir, "jwks.json")
-	testIdP.tokens = map[string]string{}
-	return os.WriteFile(testIdP.jwks, b, 0o600)
+	testIDP.jwks = filepath.Join(dir, "jwks.json")
+	testIDP.tokens = map[string]string{}
+	return os.WriteFile(testIDP.jwks, b, 0o600)
 }
 
 // claims are a valid token's claims for sub (no sub claim when sub is ""),
@@ -81,21 +81,21 @@ func sign(key *devjwt.Key, c map[string]any) string {
 
 // bearer is a valid token for sub with the extra claims (see claims).
 func bearer(sub string, extra map[string]any) string {
-	return sign(testIdP.key, claims(sub, extra))
+	return sign(testIDP.key, claims(sub, extra))
 }
 
 // tenantToken is a valid token whose sub is tenant (no other claims),
 // signed once per tenant.
 func tenantToken(tenant string) string {
-	testIdP.mu.Lock()
-	defer testIdP.mu.Unlock()
-	if tok, ok := testIdP.tokens[tenant]; ok {
+	testIDP.mu.Lock()
+	defer testIDP.mu.Unlock()
+	if tok, ok := testIDP.tokens[tenant]; ok {
 		return tok
 	}
-	tok, err := testIdP.key.Sign(claims(tenant, nil))
+	tok, err := testIDP.key.Sign(claims(tenant, nil))
 	if err != nil {
 		panic(fmt.Sprintf("sign test token: %v", err))
 	}
-	testIdP.tokens[tenant] = tok
+	testIDP.tokens[tenant] = tok
 	return tok
 }

@@ -8,8 +8,8 @@ import (
 )
 
 // jwtScenarios: envoy/front-proxy.yaml's jwt_authn filter names the caller
-// (issue 19). The tokens are signed by testIdP; Envoy verifies them with the
-// shipped issuer, audience and rules, the key set replaced by testIdP's.
+// (issue 19). The tokens are signed by testIDP; Envoy verifies them with the
+// shipped issuer, audience and rules, the key set replaced by testIDP's.
 var jwtScenarios = []scenario{
 	{"sub_is_the_tenant_rls_and_ext_authz", testSubIsTheTenant},
 	{"rejected_tokens_charge_nothing", testRejectedTokensChargeNothing},
@@ -71,7 +71,7 @@ func testRejectedTokensChargeNothing(t *testing.T, s *stack) {
 		"expired": {authGet("/limited/x", bearer(tenant, map[string]any{
 			"iat": time.Now().Add(-2 * hour).Unix(), "exp": time.Now().Add(-hour).Unix()})), 401},
 		"not_yet_valid":  {authGet("/limited/x", bearer(tenant, map[string]any{"nbf": time.Now().Add(hour).Unix()})), 401},
-		"wrongly_signed": {authGet("/limited/x", sign(testIdP.stranger, claims(tenant, nil))), 401},
+		"wrongly_signed": {authGet("/limited/x", sign(testIDP.stranger, claims(tenant, nil))), 401},
 		"other_issuer":   {authGet("/limited/x", bearer(tenant, map[string]any{"iss": "https://evil.example.com/"})), 401},
 		"not_a_jwt":      {authGet("/limited/x", "Bearer "+strings.Repeat("x", 40)), 401},
 		"missing":        {req{path: "/limited/x", header: map[string]string{"x-tenant-id": tenant}, noToken: true}, 401},

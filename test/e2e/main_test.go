@@ -43,7 +43,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if err := newTestIdP(dir); err != nil {
+	if err := newTestIDP(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}

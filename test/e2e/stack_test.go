@@ -201,12 +201,12 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 		stripFilters:  s.opts.stripFilters,
 		keepFilters:   s.opts.keepFilters,
 		otlp:          s.opts.otlp,
-		jwks:          testIdP.jwks,
+		jwks:          testIDP.jwks,
 	}
 	if hasReplayCluster(s.opts.config) {
 		spec.endpoints["extauthz_replay"] = s.replayAddrs()
 	}
-	if hasIdPCluster(s.opts.config) {
+	if hasIDPCluster(s.opts.config) {
 		// Never called: the test JWKS replaces the remote one.
 		spec.endpoints["idp"] = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))}
 	}
@@ -266,9 +266,9 @@ func (s *stack) setEndpoints(addrs ...string) {
 // cluster (the idempotency configs do; the RLQS one does not).
 func hasReplayCluster(config string) bool { return config != "rlqs.yaml" }
 
-// hasIdPCluster reports whether an envoy/ file has the idp cluster (the
+// hasIDPCluster reports whether an envoy/ file has the idp cluster (the
 // remote JWKS of front-proxy.yaml's jwt_authn).
-func hasIdPCluster(config string) bool { return config == "front-proxy.yaml" }
+func hasIDPCluster(config string) bool { return config == "front-proxy.yaml" }
 
 // listenerName is the name of the one listener of each envoy/ file.
 func listenerName(config string) string {
