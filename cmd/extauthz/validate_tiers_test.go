@@ -24,7 +24,7 @@ func TestBinaryValidateRefusesEmptyTier(t *testing.T) {
 			"    - {name: api, path_prefix: /, tier_limits: plans}\n"
 	}
 	for free, want := range map[string]string{
-		"":    `http.yaml:7: http.tiers.plans.limits.free: tier "free" names no limits`,
+		"":   `http.yaml:7: http.tiers.plans.limits.free: tier "free" names no limits`,
 		"[]": `http.yaml:7: http.tiers.plans.limits.free: must hold at least one limit`,
 	} {
 		dir := t.TempDir()
