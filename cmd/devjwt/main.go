@@ -1,12 +1,14 @@
 // Command devjwt signs a JWT for trying envoy/front-proxy.yaml without an
 // identity provider. On first use it writes an ES256 key (key.pem) and its
-// public JWKS (jwks.json) into -dir, then prints a token on every call:
+// public JWKS (jwks.json) into -dir; on every call it writes -envoy's
+// configuration there with its jwt_authn provider reading that JWKS
+// (local_jwks at -jwks-path instead of the identity provider's URI), and
+// prints a token:
 //
 //	go run ./cmd/devjwt -sub acme -plan pro
+//	docker compose up --build    # runs .cache/devjwt/front-proxy.yaml
 //	curl -H "authorization: Bearer $(go run ./cmd/devjwt -sub acme)" localhost:10000/things
 //
-// Envoy accepts the token once its provider reads that JWKS (local_jwks:
-// {filename: ...}, docs/envoy.md "Trying it without an identity provider").
 // The issuer and audience default to the shipped provider's. Never point a
 // deployed Envoy at this key set: whoever holds key.pem is every caller.
 package main
@@ -43,6 +45,8 @@ func run(args []string, out io.Writer, now time.Time) error {
 	iss := fl.String("iss", "https://idp.example.com/", "the token's issuer")
 	aud := fl.String("aud", "api.example.com", "the token's audience")
 	ttl := fl.Duration("ttl", time.Hour, "how long the token is valid")
+	envoyFile := fl.String("envoy", filepath.Join("envoy", "front-proxy.yaml"), "the Envoy configuration to copy into -dir with the local key set (\"\" for none)")
+	jwksPath := fl.String("jwks-path", "/etc/envoy/jwks.json", "where that Envoy reads jwks.json")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -52,6 +56,11 @@ func run(args []string, out io.Writer, now time.Time) error {
 	key, err := loadOrCreate(*dir)
 	if err != nil {
 		return err
+	}
+	if *envoyFile != "" {
+		if err := writeEnvoy(*envoyFile, *dir, *jwksPath); err != nil {
+			return err
+		}
 	}
 	claims := map[string]any{"iss": *iss, "aud": *aud, "sub": *sub, "iat": now.Unix(), "exp": now.Add(*ttl).Unix()}
 	if *plan != "" {
@@ -98,4 +107,17 @@ func loadOrCreate(dir string) (*devjwt.Key, error) {
 		return nil, err
 	}
 	return key, nil
+}
+
+// writeEnvoy writes src into dir, its providers reading jwksPath.
+func writeEnvoy(src, dir, jwksPath string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("%w (run from the repository root, or pass -envoy)", err)
+	}
+	out, err := devjwt.UseLocalJWKS(b, jwksPath)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	return os.WriteFile(filepath.Join(dir, filepath.Base(src)), out, 0o644)
 }

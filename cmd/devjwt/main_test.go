@@ -18,15 +18,19 @@ func TestRunKeepsOneKeyAndSignsTheClaims(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Unix(1_800_000_000, 0)
 	var out bytes.Buffer
-	if err := run([]string{"-dir", dir, "-sub", "acme", "-plan", "pro"}, &out, now); err != nil {
+	front := filepath.Join("..", "..", "envoy", "front-proxy.yaml")
+	if err := run([]string{"-dir", dir, "-sub", "acme", "-plan", "pro", "-envoy", front}, &out, now); err != nil {
 		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "front-proxy.yaml")); err != nil || !strings.Contains(string(b), "local_jwks: {filename: /etc/envoy/jwks.json}") {
+		t.Errorf("front-proxy.yaml copy: %v\n%s", err, b)
 	}
 	jwks, err := os.ReadFile(filepath.Join(dir, "jwks.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := run([]string{"-dir", dir, "-sub", "other", "-ttl", "1m"}, &out, now); err != nil {
+	if err := run([]string{"-dir", dir, "-sub", "other", "-ttl", "1m", "-envoy", ""}, &out, now); err != nil {
 		t.Fatal(err)
 	}
 	again, _ := os.ReadFile(filepath.Join(dir, "jwks.json"))

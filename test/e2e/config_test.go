@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/extauthz/extauthz/internal/devjwt"
 	"github.com/extauthz/extauthz/pkg/policy"
 )
 
@@ -61,6 +62,26 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The copy cmd/devjwt writes for docker compose (front-proxy.yaml, its
+// provider reading a local key set) is accepted by the real binary.
+func TestDevJWTFrontProxyValidates(t *testing.T) {
+	needEnvoy(t)
+	t.Parallel()
+	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", "front-proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := devjwt.UseLocalJWKS(src, testIDP.jwks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "front-proxy.yaml")
+	if err := os.WriteFile(p, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, p)
 }
 
 func testSpec(config string, strip bool) renderSpec {
