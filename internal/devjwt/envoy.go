@@ -8,7 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// ErrNoProvider: the configuration has no jwt_authn provider with a
+// ErrNoProvider means the configuration has no jwt_authn provider with a
 // remote_jwks to replace.
 var ErrNoProvider = errors.New("devjwt: no jwt_authn provider with remote_jwks")
 
