@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,6 +185,6 @@ func testTiersRLS(t *testing.T, s *stack) {
 			extra = nil
 		}
 		last := admits(t, s, "plan "+c.name, authGet("/reports/q1", bearer(uniq("rlstier"), extra)), c.budget)
-		wantField(t, last, "RateLimit-Policy", "q="+string(rune('0'+c.budget))+";w=60")
+		wantField(t, last, "RateLimit-Policy", "q="+strconv.Itoa(c.budget)+";w=60")
 	}
 }
