@@ -37,8 +37,10 @@ type renderSpec struct {
 	// jwks is a JWKS file that becomes every jwt_authn provider's key set
 	// (local_jwks, replacing the file's remote_jwks or local_jwks): the
 	// tests sign their own tokens. Issuers, audiences and rules stay the
-	// file's. A configuration with jwt_authn and no jwks is an error.
-	jwks string
+	// file's. A configuration with jwt_authn and no jwks is an error,
+	// unless keepJWKS leaves its key sets as they are.
+	jwks     string
+	keepJWKS bool
 	// otlp, when set (host:port of an OTLP/gRPC receiver), turns Envoy's
 	// tracing on: every HTTP connection manager gets the OpenTelemetry
 	// tracer with random_sampling 100, exporting through a static cluster
@@ -92,8 +94,10 @@ func renderListeners(res map[string]any, spec renderSpec) error {
 		if err := setSocket(lm, port, "address", "socket_address"); err != nil {
 			return fmt.Errorf("listener %q: %w", name, err)
 		}
-		if err := eachHCM(lm, func(hcm map[string]any) error { return useTestJWKS(hcm, spec.jwks) }); err != nil {
-			return fmt.Errorf("listener %q: %w", name, err)
+		if !spec.keepJWKS {
+			if err := eachHCM(lm, func(hcm map[string]any) error { return useTestJWKS(hcm, spec.jwks) }); err != nil {
+				return fmt.Errorf("listener %q: %w", name, err)
+			}
 		}
 		if spec.stripFilters {
 			if err := stripHTTPFilters(lm, spec.keepFilters); err != nil {

@@ -43,6 +43,9 @@ type stackOpts struct {
 	// otlp (host:port of an OTLP/gRPC receiver) turns Envoy's tracing on
 	// (renderSpec.otlp); the replicas' EXTAUTHZ_OTLP_ENDPOINT is opts.env's.
 	otlp string
+	// keepJWKS leaves the configuration's JWT key sets as they are (opts.edit
+	// made them local) instead of testIDP's.
+	keepJWKS bool
 }
 
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
@@ -202,6 +205,7 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 		keepFilters:   s.opts.keepFilters,
 		otlp:          s.opts.otlp,
 		jwks:          testIDP.jwks,
+		keepJWKS:      s.opts.keepJWKS,
 	}
 	if hasReplayCluster(s.opts.config) {
 		spec.endpoints["extauthz_replay"] = s.replayAddrs()
