@@ -66,8 +66,8 @@ type stack struct {
 	admin string
 	// edsPath is the extauthz cluster's EDS file (opts.eds).
 	edsPath string
-	// jwt: Envoy runs jwt_authn (front-proxy.yaml), so try signs a token
-	// for each request that names a tenant (see try).
+	// jwt: the stack's Envoy runs jwt_authn (front-proxy.yaml), so
+	// requests that name a tenant carry a token (see req).
 	jwt bool
 }
 
@@ -175,7 +175,7 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 func (s *stack) startEnvoy(extauthzAddrs []string) {
 	s.t.Helper()
 	e := s.launchEnvoy("envoy", extauthzAddrs)
-	s.envoy, s.url, s.admin = e.proc, e.url, e.admin
+	s.envoy, s.url, s.admin, s.jwt = e.proc, e.url, e.admin, e.jwt
 }
 
 // envoyProc is one running Envoy.
@@ -183,6 +183,8 @@ type envoyProc struct {
 	*proc
 	// url is its listener, admin its admin address.
 	url, admin string
+	// jwt: it runs a jwt_authn filter.
+	jwt bool
 }
 
 // launchEnvoy starts an Envoy running opts.config, named name (its files in
@@ -227,12 +229,12 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.jwt = strings.Contains(string(cfg), "envoy.filters.http.jwt_authn")
 	cfgPath := filepath.Join(s.dir, name+".yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		s.t.Fatal(err)
 	}
-	e := &envoyProc{url: fmt.Sprintf("http://127.0.0.1:%d", listener), admin: fmt.Sprintf("http://127.0.0.1:%d", admin)}
+	e := &envoyProc{url: fmt.Sprintf("http://127.0.0.1:%d", listener), admin: fmt.Sprintf("http://127.0.0.1:%d", admin),
+		jwt: strings.Contains(string(cfg), "envoy.filters.http.jwt_authn")}
 	serverLog := filepath.Join(s.dir, name+"-server.log")
 	e.proc = startProc(s.t, s.dir, name, deps.envoy, []string{
 		"-c", cfgPath, "--disable-hot-restart", "--concurrency", "2",
