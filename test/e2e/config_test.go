@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/extauthz/extauthz/internal/devjwt"
 	"github.com/extauthz/extauthz/pkg/policy"
 )
 
@@ -63,6 +64,26 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 	}
 }
 
+// The copy cmd/devjwt writes for docker compose (front-proxy.yaml, its
+// provider reading a local key set) is accepted by the real binary.
+func TestDevJWTFrontProxyValidates(t *testing.T) {
+	needEnvoy(t)
+	t.Parallel()
+	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", "front-proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := devjwt.UseLocalJWKS(src, testIDP.jwks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "front-proxy.yaml")
+	if err := os.WriteFile(p, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, p)
+}
+
 func testSpec(config string, strip bool) renderSpec {
 	spec := renderSpec{
 		adminPort:     19901,
@@ -72,6 +93,10 @@ func testSpec(config string, strip bool) renderSpec {
 			"upstream": {"127.0.0.1:19080"},
 		},
 		stripFilters: strip,
+		jwks:         testIDP.jwks,
+	}
+	if hasIDPCluster(config) {
+		spec.endpoints["idp"] = []string{"127.0.0.1:19004"}
 	}
 	if hasReplayCluster(config) {
 		spec.endpoints["extauthz_replay"] = []string{"127.0.0.1:19003"}
@@ -81,10 +106,14 @@ func testSpec(config string, strip bool) renderSpec {
 
 // shape is what rendering an envoy/ file must leave: its socket addresses
 // (admin, listener, the two extauthz endpoints, extauthz_replay when the
-// file has it, upstream) and its HTTP filters.
+// file has it, the identity provider when it has one, upstream) and its
+// HTTP filters.
 func shape(config string) (addrs, filters int) {
-	if config == "rlqs.yaml" {
+	switch config {
+	case "rlqs.yaml":
 		return 5, 2 // rate_limit_quota, router
+	case "front-proxy.yaml":
+		return 7, 5 // jwt_authn, ratelimit, ext_authz, ext_proc, router
 	}
 	return 6, 4 // ratelimit, ext_authz, ext_proc, router
 }

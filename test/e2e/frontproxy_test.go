@@ -23,6 +23,7 @@ func TestFrontProxy(t *testing.T) {
 		{"idempotency", idempotencyScenarios},
 		{"hostile", hostileScenarios},
 		{"large_reply", largeReplyScenarios},
+		{"jwt", jwtScenarios},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -114,12 +114,9 @@ func peakRSS(p *proc) string {
 func testClientGoneMidReply(t *testing.T, s *stack, w wiring) {
 	tenant, key := uniq("ti"), uniq("gone")
 	r := post(w, tenant, key, `{}`, upstream.HeaderStatus, "201", upstream.HeaderBodySize, strconv.Itoa(20<<20))
-	hr, err := http.NewRequest(r.method, s.url+r.path, strings.NewReader(string(r.body)))
+	hr, err := s.newRequest(r)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for k, v := range r.header {
-		hr.Header.Set(k, v)
 	}
 	// A client of its own, so that hanging up closes only this connection.
 	c := &http.Client{Transport: &http.Transport{DisableCompression: true}}

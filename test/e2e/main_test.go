@@ -43,6 +43,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	if err := newTestIDP(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	deps.envoy, deps.envoyErr = findEnvoy()
 	deps.extauthz, deps.extauthzErr = buildExtauthz(root, dir)
 	if ci() {

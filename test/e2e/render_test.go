@@ -34,6 +34,13 @@ type renderSpec struct {
 	// becomes type EDS, as Kubernetes endpoints reach Envoy through xDS.
 	// Everything else of the cluster stays the file's.
 	eds map[string]string
+	// jwks is a JWKS file that becomes every jwt_authn provider's key set
+	// (local_jwks, replacing the file's remote_jwks or local_jwks): the
+	// tests sign their own tokens. Issuers, audiences and rules stay the
+	// file's. A configuration with jwt_authn and no jwks is an error,
+	// unless keepJWKS leaves its key sets as they are.
+	jwks     string
+	keepJWKS bool
 	// otlp, when set (host:port of an OTLP/gRPC receiver), turns Envoy's
 	// tracing on: every HTTP connection manager gets the OpenTelemetry
 	// tracer with random_sampling 100, exporting through a static cluster
@@ -86,6 +93,11 @@ func renderListeners(res map[string]any, spec renderSpec) error {
 		}
 		if err := setSocket(lm, port, "address", "socket_address"); err != nil {
 			return fmt.Errorf("listener %q: %w", name, err)
+		}
+		if !spec.keepJWKS {
+			if err := eachHCM(lm, func(hcm map[string]any) error { return useTestJWKS(hcm, spec.jwks) }); err != nil {
+				return fmt.Errorf("listener %q: %w", name, err)
+			}
 		}
 		if spec.stripFilters {
 			if err := stripHTTPFilters(lm, spec.keepFilters); err != nil {
@@ -319,6 +331,52 @@ func addTracing(doc, res map[string]any, addr string) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: no http_connection_manager to trace", errRender)
+	}
+	return nil
+}
+
+// eachHCM calls fn with every HTTP connection manager of the listener.
+func eachHCM(listener map[string]any, fn func(hcm map[string]any) error) error {
+	for _, ch := range asSlice(listener["filter_chains"]) {
+		chm, _ := ch.(map[string]any)
+		for _, f := range asSlice(chm["filters"]) {
+			fm, _ := f.(map[string]any)
+			hcm, _ := fm["typed_config"].(map[string]any)
+			if hcm == nil || fm["name"] != "envoy.filters.network.http_connection_manager" {
+				continue
+			}
+			if err := fn(hcm); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// useTestJWKS points every provider of the HCM's jwt_authn filters at the
+// JWKS file jwks (renderSpec.jwks).
+func useTestJWKS(hcm map[string]any, jwks string) error {
+	for _, hf := range asSlice(hcm["http_filters"]) {
+		m, _ := hf.(map[string]any)
+		if m == nil || m["name"] != "envoy.filters.http.jwt_authn" {
+			continue
+		}
+		if jwks == "" {
+			return fmt.Errorf("%w: a jwt_authn filter and no test JWKS", errRender)
+		}
+		cfg, _ := m["typed_config"].(map[string]any)
+		providers, _ := cfg["providers"].(map[string]any)
+		if len(providers) == 0 {
+			return fmt.Errorf("%w: jwt_authn without providers", errRender)
+		}
+		for name, p := range providers {
+			pm, _ := p.(map[string]any)
+			if pm == nil {
+				return fmt.Errorf("%w: jwt_authn provider %q", errRender, name)
+			}
+			delete(pm, "remote_jwks")
+			pm["local_jwks"] = map[string]any{"filename": jwks}
+		}
 	}
 	return nil
 }

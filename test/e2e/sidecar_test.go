@@ -7,12 +7,28 @@ import (
 	"github.com/extauthz/extauthz/test/e2e/upstream"
 )
 
-// envoy/sidecar.yaml works as shipped: the probe path is exempt, an
-// idempotent POST is replayed (wiring b on the catch-all route), and the
-// tenant's 10/minute budget ends in a 429.
+// TestSidecar runs envoy/sidecar.yaml as shipped (as_shipped) and the
+// hostile identities that reach extauthz as raw headers behind it.
 func TestSidecar(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOpts{config: "sidecar.yaml"})
+	t.Run("as_shipped", func(t *testing.T) {
+		t.Parallel()
+		testSidecarAsShipped(t, s)
+	})
+	t.Run("hostile", func(t *testing.T) {
+		for _, sc := range sidecarHostileScenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				t.Parallel()
+				sc.run(t, s)
+			})
+		}
+	})
+}
+
+// The probe path is exempt, an idempotent POST is replayed (wiring b on the
+// catch-all route), and the tenant's 10/minute budget ends in a 429.
+func testSidecarAsShipped(t *testing.T, s *stack) {
 	tenant, key := uniq("side"), uniq("key")
 	w := wiring{"sidecar", "/sidecar"}
 

@@ -43,6 +43,9 @@ type stackOpts struct {
 	// otlp (host:port of an OTLP/gRPC receiver) turns Envoy's tracing on
 	// (renderSpec.otlp); the replicas' EXTAUTHZ_OTLP_ENDPOINT is opts.env's.
 	otlp string
+	// keepJWKS leaves the configuration's JWT key sets as they are (opts.edit
+	// made them local) instead of testIDP's.
+	keepJWKS bool
 }
 
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
@@ -63,6 +66,9 @@ type stack struct {
 	admin string
 	// edsPath is the extauthz cluster's EDS file (opts.eds).
 	edsPath string
+	// jwt: the stack's Envoy runs jwt_authn (front-proxy.yaml), so
+	// requests that name a tenant carry a token (see req).
+	jwt bool
 }
 
 // replica is one extauthz process.
@@ -169,7 +175,7 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 func (s *stack) startEnvoy(extauthzAddrs []string) {
 	s.t.Helper()
 	e := s.launchEnvoy("envoy", extauthzAddrs)
-	s.envoy, s.url, s.admin = e.proc, e.url, e.admin
+	s.envoy, s.url, s.admin, s.jwt = e.proc, e.url, e.admin, e.jwt
 }
 
 // envoyProc is one running Envoy.
@@ -177,6 +183,8 @@ type envoyProc struct {
 	*proc
 	// url is its listener, admin its admin address.
 	url, admin string
+	// jwt: it runs a jwt_authn filter.
+	jwt bool
 }
 
 // launchEnvoy starts an Envoy running opts.config, named name (its files in
@@ -198,9 +206,15 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 		stripFilters:  s.opts.stripFilters,
 		keepFilters:   s.opts.keepFilters,
 		otlp:          s.opts.otlp,
+		jwks:          testIDP.jwks,
+		keepJWKS:      s.opts.keepJWKS,
 	}
 	if hasReplayCluster(s.opts.config) {
 		spec.endpoints["extauthz_replay"] = s.replayAddrs()
+	}
+	if hasIDPCluster(s.opts.config) {
+		// Never called: the test JWKS replaces the remote one.
+		spec.endpoints["idp"] = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))}
 	}
 	if s.opts.eds {
 		s.edsPath = filepath.Join(s.dir, "eds", "extauthz.yaml")
@@ -219,7 +233,8 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		s.t.Fatal(err)
 	}
-	e := &envoyProc{url: fmt.Sprintf("http://127.0.0.1:%d", listener), admin: fmt.Sprintf("http://127.0.0.1:%d", admin)}
+	e := &envoyProc{url: fmt.Sprintf("http://127.0.0.1:%d", listener), admin: fmt.Sprintf("http://127.0.0.1:%d", admin),
+		jwt: strings.Contains(string(cfg), "envoy.filters.http.jwt_authn")}
 	serverLog := filepath.Join(s.dir, name+"-server.log")
 	e.proc = startProc(s.t, s.dir, name, deps.envoy, []string{
 		"-c", cfgPath, "--disable-hot-restart", "--concurrency", "2",
@@ -256,6 +271,10 @@ func (s *stack) setEndpoints(addrs ...string) {
 // hasReplayCluster reports whether an envoy/ file has the extauthz_replay
 // cluster (the idempotency configs do; the RLQS one does not).
 func hasReplayCluster(config string) bool { return config != "rlqs.yaml" }
+
+// hasIDPCluster reports whether an envoy/ file has the idp cluster (the
+// remote JWKS of front-proxy.yaml's jwt_authn).
+func hasIDPCluster(config string) bool { return config == "front-proxy.yaml" }
 
 // listenerName is the name of the one listener of each envoy/ file.
 func listenerName(config string) string {
