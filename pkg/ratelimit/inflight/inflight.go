@@ -72,6 +72,11 @@ type Store interface {
 	Release(ctx context.Context, key string, slot Slot) (bool, error)
 }
 
+// ErrUnavailable means the store refused a call without trying its
+// backend (a circuit breaker open after consecutive failures; see package
+// guard): a backend failure like any other.
+var ErrUnavailable = errors.New("inflight: store unavailable")
+
 // ErrInvalid means Acquire or Renew was called with a limit below 1 or a
 // ttl below one millisecond: a configuration error, never request input.
 var ErrInvalid = errors.New("inflight: invalid argument")
