@@ -187,3 +187,19 @@ func (s *Store) call(ctx context.Context, key string, f func() error) error {
 func neutral(ctx context.Context, err error) bool {
 	return errors.Is(err, inflight.ErrInvalid) || (errors.Is(err, context.Canceled) && ctx.Err() != nil)
 }
+
+var _ inflight.Inspector = (*Store)(nil)
+
+// errNoInspector means the guarded store cannot be inspected.
+var errNoInspector = errors.New("in-flight guard: the inner store cannot be inspected")
+
+// Held passes through to the inner store. The breaker is not consulted
+// nor fed: an operator's look is worth a try while it is open, and its
+// failures say nothing the request path has not said already.
+func (s *Store) Held(ctx context.Context, key string) (inflight.Held, error) {
+	in, ok := s.inner.(inflight.Inspector)
+	if !ok {
+		return inflight.Held{}, errNoInspector
+	}
+	return in.Held(ctx, key)
+}
