@@ -251,11 +251,20 @@ func placeHeld(t *testing.T, s *stack, path, tenant string) ([]*call, [2][]*call
 	t.Helper()
 	var calls []*call
 	var on [2][]*call
+	messages := func() []float64 {
+		return s.replicaCounter(t, "extauthz_decision_duration_seconds_count", `api="ext_proc"`)
+	}
 	for range inFlightMax {
-		before := s.replicaCounter(t, "extauthz_decision_duration_seconds_count", `api="ext_proc"`)
+		before := messages()
 		c := admitHeld(t, s, path, tenant, uniq("h"), inFlightWait)
-		after := s.replicaCounter(t, "extauthz_decision_duration_seconds_count", `api="ext_proc"`)
 		calls = append(calls, c)
+		// The replica counts the message just after answering it: wait
+		// for it, so that it is not taken for the next request's.
+		after := messages()
+		for deadline := time.Now().Add(2 * time.Second); after[0]+after[1] <= before[0]+before[1] && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			after = messages()
+		}
 		switch rose0, rose1 := after[0] > before[0], after[1] > before[1]; {
 		case rose0 && !rose1:
 			on[0] = append(on[0], c)
