@@ -32,7 +32,7 @@ const (
 // replica would break the others' streams.
 func TestInFlight(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOpts{})
+	s := newStack(t, stackOpts{admin: true})
 	t.Run("live", func(t *testing.T) {
 		for _, sc := range []scenario{
 			{"burst_40_admits_5", testInFlightBurst},
@@ -85,6 +85,11 @@ func testInFlightBurst(t *testing.T, s *stack) {
 	if r := s.do(t, tenantGet(path, other)); r.status != http.StatusOK {
 		t.Errorf("another tenant while the first is saturated: got %s, want 200", r)
 	}
+	for _, rep := range s.replicas { // either replica sees the shared slots
+		if ex := explainInFlight(t, rep, path, tenant); ex.InFlight.Held != inFlightMax || ex.WouldAnswer != "429" {
+			t.Errorf("%s admin explain while saturated: %+v, want %d held and 429", rep.name, ex.InFlight, inFlightMax)
+		}
+	}
 	s.up.Release(tenant)
 	for _, c := range calls {
 		<-c.done
@@ -100,6 +105,21 @@ func testInFlightBurst(t *testing.T, s *stack) {
 	}
 	if m := s.up.MaxConcurrent(tenant); m != inFlightMax {
 		t.Errorf("the upstream saw %d requests of the tenant at once, want %d", m, inFlightMax)
+	}
+	waitFreed(t, s.replicas[0], path, tenant)
+}
+
+// waitFreed waits until rep's admin API counts no slot of tenant: every
+// ending releases its slot (the client may read its reply a moment before
+// Envoy ends the ext_proc stream).
+func waitFreed(t *testing.T, rep *replica, path, tenant string) {
+	t.Helper()
+	deadline := time.Now().Add(inFlightWait)
+	for ex := explainInFlight(t, rep, path, tenant); ex.InFlight.Held != 0 || ex.WouldAnswer != "admit"; ex = explainInFlight(t, rep, path, tenant) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots still held %v after every request ended", ex.InFlight.Held, inFlightWait)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -221,6 +241,9 @@ func testInFlightCrash(t *testing.T, s *stack) {
 	if refused == 0 {
 		t.Fatal("no probe was refused in the first second after the kill")
 	}
+	if ex := explainInFlight(t, s.replicas[1-victim], path, tenant); ex.InFlight.Held != inFlightMax {
+		t.Errorf("admin explain after the kill: %d slots held, want %d (the lost ones until their ttl)", ex.InFlight.Held, inFlightMax)
+	}
 	if r := s.do(t, tenantGet(path, uniq("other"))); r.status != http.StatusOK {
 		t.Errorf("another tenant after the kill: got %s, want 200", r)
 	}
@@ -276,6 +299,37 @@ func placeHeld(t *testing.T, s *stack, path, tenant string) ([]*call, [2][]*call
 		t.Fatal("no held request's ext_proc stream could be placed on a replica")
 	}
 	return calls, on
+}
+
+// inFlightExplanation is the part of the admin API's explain answer the
+// scenarios read.
+type inFlightExplanation struct {
+	WouldAnswer string `json:"would_answer"`
+	InFlight    struct {
+		Limit int    `json:"limit"`
+		Held  int    `json:"held"`
+		Where string `json:"where"`
+	} `json:"in_flight"`
+}
+
+// explainInFlight asks rep's admin API what a GET of path by tenant would
+// get now: the slots are counted, none taken.
+func explainInFlight(t *testing.T, rep *replica, path, tenant string) inFlightExplanation {
+	t.Helper()
+	body := fmt.Sprintf(`{"http": {"method": "GET", "path": %q, "headers": {"x-tenant-id": %q}}}`, path, tenant)
+	resp, err := probeClient.Post("http://"+rep.adminAddr+"/v1/explain", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s admin explain: %v", rep.name, err)
+	}
+	defer resp.Body.Close()
+	var ex inFlightExplanation
+	if err := json.NewDecoder(resp.Body).Decode(&ex); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s admin explain: %s, %v", rep.name, resp.Status, err)
+	}
+	if ex.InFlight.Limit != inFlightMax || !strings.Contains(ex.InFlight.Where, ":if:{") {
+		t.Errorf("%s admin explain: %+v, want limit %d and the Redis key", rep.name, ex.InFlight, inFlightMax)
+	}
+	return ex
 }
 
 // wantInFlight429 checks a max_in_flight refusal of route: 429, the
