@@ -138,7 +138,7 @@ func newAdminAPI(cfg Config, d adminDeps) (*admin.API, error) {
 	if err != nil {
 		return nil, err
 	}
-	az, err := authz.NewAuthz(d.limits, d.idem.store, d.policies, metrics, events)
+	az, err := authz.NewAuthz(d.limits, d.idem.store, d.policies, metrics, events, authz.WithInFlight(d.idem.inFlight))
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	if err != nil {
 		return idempotencyDeps{}, err
 	}
-	inFlight, err := newInFlight(cfg, rl, log)
+	inFlight, err := newInFlight(cfg, rl, reg, log)
 	if err != nil {
 		return idempotencyDeps{}, err
 	}

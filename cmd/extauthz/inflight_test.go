@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"crypto/sha1" //nolint:gosec // Redis names scripts by SHA-1
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/ratelimit/inflight"
+	inflightguard "github.com/extauthz/extauthz/pkg/ratelimit/inflight/guard"
 	inflightmem "github.com/extauthz/extauthz/pkg/ratelimit/inflight/memstore"
 	inflightredis "github.com/extauthz/extauthz/pkg/ratelimit/inflight/redisstore"
 )
@@ -24,7 +27,7 @@ import (
 // store (the ext_proc stream may end on any replica).
 func TestInFlightStore(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mem, err := newInFlight(Config{}, nil, log)
+	mem, err := newInFlight(Config{}, nil, prometheus.NewRegistry(), log)
 	if _, ok := mem.(*inflightmem.Store); !ok || err != nil {
 		t.Fatalf("without Redis: %T, %v; want *memstore.Store", mem, err)
 	}
@@ -36,9 +39,9 @@ func TestInFlightStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { client.Close() })
-		s, err := newInFlight(Config{KeyPrefix: "xa"}, &redisBacked{client: client, events: newRedisEvents(log, false)}, log)
-		if _, ok := s.(*inflightredis.Store); !ok || err != nil {
-			t.Fatalf("with Redis: %T, %v; want *redisstore.Store", s, err)
+		s, err := newInFlight(Config{KeyPrefix: "xa"}, &redisBacked{client: client, events: newRedisEvents(log, false)}, prometheus.NewRegistry(), log)
+		if _, ok := s.(*inflightguard.Store); !ok || err != nil {
+			t.Fatalf("with Redis: %T, %v; want *guard.Store", s, err)
 		}
 		return s
 	}
@@ -56,6 +59,38 @@ func TestInFlightStore(t *testing.T) {
 	}
 	if _, r, err := b.Acquire(ctx, "acme|reports", 1, time.Minute); err != nil || !r.Acquired {
 		t.Fatalf("Acquire after release: %+v, %v", r, err)
+	}
+}
+
+// TestInFlightStoreBreaker: with Redis gone, after
+// EXTAUTHZ_REDIS_BREAKER_THRESHOLD failures the store answers
+// inflight.ErrUnavailable without trying Redis, and the circuit is logged.
+func TestInFlightStoreBreaker(t *testing.T) {
+	var logged syncBuffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	srv := redistest.Standalone(t)
+	client, err := redisclient.New(redisclient.Options{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cfg := Config{KeyPrefix: "xa", RedisBreakerThreshold: 2, RedisBreakerPause: time.Hour}
+	s, err := newInFlight(cfg, &redisBacked{client: client, events: newRedisEvents(log, false)}, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	ctx := context.Background()
+	for i := range 2 {
+		if _, _, err := s.Acquire(ctx, "acme|reports", 1, time.Minute); err == nil || errors.Is(err, inflight.ErrUnavailable) {
+			t.Fatalf("call %d with Redis stopped: %v, want Redis's error", i, err)
+		}
+	}
+	if _, _, err := s.Acquire(ctx, "acme|reports", 1, time.Minute); !errors.Is(err, inflight.ErrUnavailable) {
+		t.Fatalf("after 2 failures: %v, want ErrUnavailable (circuit open)", err)
+	}
+	if !strings.Contains(logged.String(), "store=inflight") || !strings.Contains(logged.String(), "circuit breaker open") {
+		t.Errorf("log %q, want the in-flight circuit opening", logged.String())
 	}
 }
 
@@ -80,7 +115,7 @@ func TestWarmLoadsInFlightScripts(t *testing.T) {
 		shas = append(shas, fmt.Sprintf("%x", sha1.Sum([]byte(src))))
 	}
 	loaded, err := srv.Client().ScriptExists(t.Context(), shas...).Result()
-	if err != nil || !slices.Equal(loaded, []bool{true, true, true}) {
+	if err != nil || len(loaded) != len(shas) || slices.Contains(loaded, false) {
 		t.Errorf("in-flight scripts loaded: %v, %v; want all", loaded, err)
 	}
 }

@@ -1,5 +1,7 @@
 // Package breaker is a consecutive-failure circuit breaker shared by the
-// stores that sit in front of Redis (rate limits, idempotency). Closed,
+// stores that sit in front of Redis (rate limits, idempotency, in-flight
+// slots), with a Set of one breaker per node and a Guard that runs a
+// store's calls through it. Closed,
 // calls pass; after Threshold failures in a row it opens and refuses calls
 // for the cool-down; then it lets exactly one call through as a probe
 // (half-open): success closes it, failure opens it for another cool-down.

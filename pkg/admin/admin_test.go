@@ -22,6 +22,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
+	inflightmem "github.com/extauthz/extauthz/pkg/ratelimit/inflight/memstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
 )
 
@@ -43,6 +44,7 @@ http:
       rate_limits: [{requests_per_unit: 2, unit: minute, name: per-tenant}]
       idempotency: {}
     - {name: reports, path_prefix: /reports, tier_limits: plans}
+    - {name: exports, path_prefix: /exports, max_in_flight: 2, in_flight_ttl: 9s}
   tiers:
     plans:
       attribute: {header: x-plan}
@@ -57,6 +59,8 @@ http:
 type env struct {
 	api     *API
 	rls     *rls.RLS
+	az      *authz.Authz
+	slots   *inflightmem.Store
 	records *idemmem.Store
 	reg     *prometheus.Registry
 	audit   []Audit
@@ -92,11 +96,11 @@ func newEnv(t *testing.T, token string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	az, err := authz.NewAuthz(limits, e.records, src, m, events)
-	if err != nil {
+	e.slots = inflightmem.New(inflightmem.Config{Now: func() time.Time { return now }})
+	if e.az, err = authz.NewAuthz(limits, e.records, src, m, events, authz.WithInFlight(e.slots)); err != nil {
 		t.Fatal(err)
 	}
-	e.api, err = New(Options{RLS: e.rls, HTTP: az, Limits: limits, Records: e.records, Policies: src,
+	e.api, err = New(Options{RLS: e.rls, HTTP: e.az, Limits: limits, Records: e.records, Policies: src,
 		Token: token, Registerer: e.reg, Audit: func(a Audit) { e.audit = append(e.audit, a) }})
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +221,20 @@ func TestExplainHTTPAndRateLimit(t *testing.T) {
 		if tx.Tier != want || len(tx.Limits) != 1 || tx.Limits[0].Name != "reports-"+want {
 			t.Errorf("explain with plan %q = %+v, want tier %q", plan, tx, want)
 		}
+	}
+	var ix HTTPExplanation
+	e.do(t, "POST", "/v1/explain", `{"http": {"method": "GET", "path": "/exports/1", "headers": {"x-tenant-id": "acme"}}}`, 200, &ix)
+	if f := ix.InFlight; f == nil || f.Limit != 2 || f.Held != 0 || f.TTLSeconds != 9 || f.Key == "" || ix.WouldAnswer != "admit" {
+		t.Fatalf("explain of a max_in_flight route = %+v %+v", ix, ix.InFlight)
+	}
+	for range 2 {
+		if _, _, err := e.slots.Acquire(context.Background(), ix.InFlight.Key, 2, 9*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.do(t, "POST", "/v1/explain", `{"http": {"method": "GET", "path": "/exports/1", "headers": {"x-tenant-id": "acme"}}}`, 200, &ix)
+	if f := ix.InFlight; f.Held != 2 || f.NextExpirySeconds != 9 || ix.WouldAnswer != "429" {
+		t.Fatalf("explain with every slot held = %+v %+v", ix, ix.InFlight)
 	}
 	var st RateLimitState
 	e.do(t, "POST", "/v1/explain", `{"ratelimit": {"domain": "edge", "descriptors": [[{"key": "tenant", "value": "a,b"}, {"key": "route", "value": "orders"}]]}}`, 200, &st)

@@ -57,12 +57,32 @@ type HTTPExplanation struct {
 	Exempt  bool         `json:"exempt,omitempty"`
 	Counter string       `json:"counter,omitempty"`
 	Limits  []LimitState `json:"limits,omitempty"`
-	// WouldAnswer is "admit" or "429" (the rate limits only; an
-	// Idempotency-Key decision would take a lease, so it is not made).
+	// WouldAnswer is "admit" or "429" (the rate limits and the free
+	// max_in_flight slots; an Idempotency-Key decision would take a lease,
+	// so it is not made).
 	WouldAnswer string `json:"would_answer"`
 	// RecordScope is the scope of the caller's Idempotency-Key records on
 	// this route (for /v1/idempotency/record: identity and route).
 	RecordScope string `json:"idempotency_record_scope,omitempty"`
+	// InFlight is the caller's max_in_flight slots on the route (routes
+	// with max_in_flight only).
+	InFlight *InFlightState `json:"in_flight,omitempty"`
+}
+
+// InFlightState is a caller's max_in_flight slots on a route, counted
+// without taking one.
+type InFlightState struct {
+	// Key is the caller's slot key; Where the store's name for it (the
+	// Redis key with the Redis store).
+	Key        string  `json:"key"`
+	Where      string  `json:"where,omitempty"`
+	Limit      int     `json:"limit"`
+	Held       int     `json:"held"`
+	TTLSeconds float64 `json:"ttl_seconds"`
+	// NextExpirySeconds is when the soonest held slot expires unless it
+	// is renewed or released first (an upper bound on the wait for one to
+	// free); absent with none held.
+	NextExpirySeconds float64 `json:"next_expiry_seconds,omitempty"`
 }
 
 // explain answers POST /v1/explain.
@@ -126,6 +146,13 @@ func (a *API) explainHTTP(r *http.Request, c *HTTPCall) (any, []string, error) {
 		out.Limits = a.limitStates(*ex.Request, ex.Names, ex.Results)
 		for _, l := range out.Limits {
 			keys = append(keys, l.Key)
+		}
+	}
+	if f := ex.InFlight; f != nil {
+		out.InFlight = &InFlightState{Key: f.Key, Where: f.Held.Where, Limit: f.Limit, Held: f.Held.Slots,
+			TTLSeconds: seconds(f.TTL), NextExpirySeconds: seconds(f.Held.NextExpiry)}
+		if f.Held.Where != "" {
+			keys = append(keys, f.Held.Where)
 		}
 	}
 	return out, keys, nil

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -52,14 +53,24 @@ func (s *stack) do(t testing.TB, r req) reply {
 
 // try is do without failing the test (for goroutines and expected errors).
 func (s *stack) try(r req) (reply, error) {
+	resp, err := s.send(context.Background(), r)
+	if err != nil {
+		return reply{}, err
+	}
+	return readReply(resp)
+}
+
+// send sends r and returns once the response headers arrived.
+func (s *stack) send(ctx context.Context, r req) (*http.Response, error) {
 	hr, err := s.newRequest(r)
 	if err != nil {
-		return reply{}, err
+		return nil, err
 	}
-	resp, err := client.Do(hr)
-	if err != nil {
-		return reply{}, err
-	}
+	return client.Do(hr.WithContext(ctx))
+}
+
+// readReply reads and closes resp's body.
+func readReply(resp *http.Response) (reply, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -86,6 +97,40 @@ func (s *stack) newRequest(r req) (*http.Request, error) {
 		}
 	}
 	return hr, nil
+}
+
+// call is a request running in the background (start).
+type call struct {
+	cancel context.CancelFunc
+	// started is closed when the response headers arrived (status set)
+	// or the request failed (startErr set); done when the whole reply was
+	// read (rep) or it failed (err). Read the fields only after them.
+	started, done chan struct{}
+	status        int
+	startErr      error
+	rep           reply
+	err           error
+}
+
+// start sends r in the background; the request is cancelled, and waited
+// for, when the test ends.
+func (s *stack) start(t testing.TB, r req) *call {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &call{cancel: cancel, started: make(chan struct{}), done: make(chan struct{})}
+	t.Cleanup(func() { cancel(); <-c.done })
+	go func() {
+		defer close(c.done)
+		resp, err := s.send(ctx, r)
+		if err != nil {
+			c.startErr, c.err = err, err
+			close(c.started)
+			return
+		}
+		c.status = resp.StatusCode
+		close(c.started)
+		c.rep, c.err = readReply(resp)
+	}()
+	return c
 }
 
 func (r reply) String() string {

@@ -50,8 +50,8 @@ func TestExtauthzDown(t *testing.T) {
 // flowing from each replica's in-process fallback under the same policy
 // (so the budget is per replica: at most 2x10 for two replicas), an
 // idempotency route in failure_mode open admits without a lease, one in
-// failure_mode closed answers 503; with Redis back, the shared budget
-// returns.
+// failure_mode closed answers 503, and so does a max_in_flight route; with
+// Redis back, the shared budget returns.
 func TestRedisDownFailOpen(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOpts{env: []string{"EXTAUTHZ_FAILURE_MODE=open"}})
@@ -89,6 +89,12 @@ func TestRedisDownFailOpen(t *testing.T) {
 		header: map[string]string{"x-tenant-id": tenant, "idempotency-key": uniq("k")}}
 	if r := s.do(t, strict); r.status != http.StatusServiceUnavailable {
 		t.Errorf("idempotent POST, failure_mode closed: got %s, want 503", r)
+	}
+	// max_in_flight has no per-replica fallback (it would admit N per
+	// replica): ext_authz answers UNAVAILABLE and Envoy's ext_authz fails
+	// closed.
+	if r := s.do(t, tenantGet("/inflight/x", tenant)); r.status != http.StatusServiceUnavailable {
+		t.Errorf("max_in_flight route: got %s, want 503", r)
 	}
 
 	s.redis.Start()

@@ -149,6 +149,13 @@ func testReplicasShareBudget(t *testing.T, s *stack) {
 // replicaDecisions sums extauthz_decisions_total{api=...} per replica.
 func (s *stack) replicaDecisions(t *testing.T, api string) []float64 {
 	t.Helper()
+	return s.replicaCounter(t, "extauthz_decisions_total", `api="`+api+`"`)
+}
+
+// replicaCounter sums, per replica, the samples of metric whose labels
+// contain label.
+func (s *stack) replicaCounter(t *testing.T, metric, label string) []float64 {
+	t.Helper()
 	var out []float64
 	for _, r := range s.replicas {
 		resp, err := probeClient.Get("http://" + r.httpAddr + "/metrics")
@@ -159,7 +166,7 @@ func (s *stack) replicaDecisions(t *testing.T, api string) []float64 {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			line := sc.Text()
-			if !strings.HasPrefix(line, "extauthz_decisions_total{") || !strings.Contains(line, `api="`+api+`"`) {
+			if !strings.HasPrefix(line, metric+"{") || !strings.Contains(line, label) {
 				continue
 			}
 			if f := strings.Fields(line); len(f) == 2 {

@@ -46,6 +46,9 @@ type stackOpts struct {
 	// keepJWKS leaves the configuration's JWT key sets as they are (opts.edit
 	// made them local) instead of testIDP's.
 	keepJWKS bool
+	// admin serves each replica's admin API (EXTAUTHZ_ADMIN_ADDR, loopback,
+	// no token) on a port of its own: replica.adminAddr.
+	admin bool
 }
 
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
@@ -76,6 +79,7 @@ type replica struct {
 	*proc
 	grpcAddr, httpAddr string
 	replayAddr         string // EXTAUTHZ_REPLAY_ADDR (serves only with a bucket)
+	adminAddr          string // EXTAUTHZ_ADMIN_ADDR with stackOpts.admin, else ""
 }
 
 // newStack starts a stack and stops it when the test ends; logs of every
@@ -155,6 +159,10 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 		// restart tests set the shipped default back (opts.env comes last).
 		"EXTAUTHZ_DRAIN_DELAY=0s",
 	}, s.opts.env...)
+	if s.opts.admin {
+		r.adminAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))
+		env = append(env, "EXTAUTHZ_ADMIN_ADDR="+r.adminAddr)
+	}
 	name := fmt.Sprintf("extauthz-%d", i)
 	if i < len(s.replicas) {
 		name = fmt.Sprintf("extauthz-%d-restart-%d", i, time.Now().UnixNano())

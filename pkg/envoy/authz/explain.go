@@ -2,10 +2,12 @@ package authz
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -13,11 +15,13 @@ import (
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/inflight"
 )
 
-// Explanation is what Check would decide about the rate limits of a
-// request right now, worked out without charging anything (for operators:
-// the admin API). Idempotency is not decided: that would take a lease.
+// Explanation is what Check would decide about the rate limits and the
+// max_in_flight slots of a request right now, worked out without charging
+// or taking anything (for operators: the admin API). Idempotency is not
+// decided: that would take a lease.
 type Explanation struct {
 	// Route is the matched route; nil when none matched (Check admits).
 	Route *policy.Route
@@ -37,11 +41,27 @@ type Explanation struct {
 	Request *ratelimit.Request
 	Names   []string
 	Results []ratelimit.Result
-	// Allowed is whether the limits would admit the request.
+	// Allowed is whether the limits and the free slots would admit the
+	// request.
 	Allowed bool
 	// RecordScope is the scope of the request's Idempotency-Key records
 	// (see RecordScope); empty when the route does not use Idempotency-Key.
 	RecordScope string
+	// InFlight is the caller's max_in_flight slots on the route; nil when
+	// the route has no max_in_flight.
+	InFlight *InFlightState
+}
+
+// InFlightState is a caller's max_in_flight slots on a route, read
+// without taking one.
+type InFlightState struct {
+	// Key is the caller's slot key on the route (before the store names
+	// it: Held.Where).
+	Key   string
+	Limit int
+	TTL   time.Duration
+	// Held is the store's answer: the live slots and the soonest expiry.
+	Held inflight.Held
 }
 
 // HTTPRequest is the part of an ext_authz Check the decision reads, in
@@ -83,9 +103,10 @@ func (s *Authz) Explain(ctx context.Context, r HTTPRequest) (Explanation, error)
 	return s.explain(ctx, r.proto())
 }
 
-// explain matches req's route and identity as Check does and reads the
-// route's limits with a 0-hit decision, which charges and writes nothing.
-// The only error is the rate-limit store's.
+// explain matches req's route and identity as Check does, reads the
+// route's limits with a 0-hit decision, which charges and writes nothing,
+// and counts the caller's max_in_flight slots without taking one. The only
+// errors are the stores'.
 func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanation, error) {
 	var ex Explanation
 	hr := req.GetAttributes().GetRequest().GetHttp()
@@ -106,11 +127,16 @@ func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanat
 		ex.RecordScope = RecordScope(ex.Identity, ex.Route)
 	}
 	ex.Exempt = h.IsExempt(r.path, r.headers.joined(), r.principal)
-	ex.Allowed = true
+	scope := limitScope(ex.Identity, caller)
+	// Check takes a slot whether or not the request is exempt from the
+	// rate limits.
+	if err := s.explainInFlight(ctx, &ex, scope); err != nil {
+		return ex, err
+	}
 	if !ex.Route.HasLimits() || ex.Exempt {
 		return ex, nil
 	}
-	p := planLimits(limitScope(ex.Identity, caller), ex.Route, caller)
+	p := planLimits(scope, ex.Route, caller)
 	ex.Tier = p.tier
 	ex.Request = &ratelimit.Request{Key: p.key, Limits: p.limits, Hits: 1}
 	decs, err := s.limits.AllowBatch(ctx, []ratelimit.Request{{Key: p.key, Limits: p.limits}})
@@ -128,6 +154,30 @@ func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanat
 	}
 	return ex, nil
 }
+
+// explainInFlight reads the caller's slots on ex.Route, if it has
+// max_in_flight, and sets ex.Allowed by them (true without the limit).
+func (s *Authz) explainInFlight(ctx context.Context, ex *Explanation, scope string) error {
+	ex.Allowed = true
+	r := ex.Route
+	if r.MaxInFlight <= 0 {
+		return nil
+	}
+	in, ok := s.inFlight.(inflight.Inspector)
+	if !ok {
+		return errNoInFlightInspector
+	}
+	st := &InFlightState{Key: inFlightKey(scope, r), Limit: r.MaxInFlight, TTL: r.InFlightTTL}
+	held, err := in.Held(ctx, st.Key)
+	if err != nil {
+		return err
+	}
+	st.Held = held
+	ex.InFlight, ex.Allowed = st, held.Slots < r.MaxInFlight
+	return nil
+}
+
+var errNoInFlightInspector = errors.New("route sets max_in_flight but the in-flight store cannot be inspected")
 
 // RecordScope is the scope under which the Idempotency-Key records of a
 // caller on route are kept (idempotency.StorageKey's scope): the caller's

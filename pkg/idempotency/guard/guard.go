@@ -70,21 +70,14 @@ type Options struct {
 
 // Router is implemented by inner stores spread over several backend nodes
 // (a Redis Cluster): the Store then keeps one circuit breaker per node.
+// Refresh, Nodes and ClusterDown are breaker.Cluster's: a CLUSTERDOWN
+// answer does not count against the node's breaker, and Nodes is called at
+// most once per cool-down, while a circuit is open.
 type Router interface {
 	// Node names the node that holds the record of scope and key now, e.g.
 	// the address of the master owning its slot; "" when unknown.
 	Node(ctx context.Context, scope, key string) string
-	// Refresh asks for the key-to-node map to be reloaded soon; it must be
-	// cheap and rate-limit itself (it is called on every failure).
-	Refresh()
-	// Nodes reloads the map and lists the nodes it names now; the breakers
-	// of the others are forgotten. Called at most once per cool-down, while
-	// a circuit is open.
-	Nodes(ctx context.Context) ([]string, error)
-	// ClusterDown reports an error that is the state of the whole backend
-	// (a Redis Cluster's CLUSTERDOWN), not a fault of the node that
-	// answered: it does not count against the node's breaker.
-	ClusterDown(err error) bool
+	breaker.Cluster
 }
 
 // Store is an idempotency.Store that fails fast while its inner store keeps
@@ -93,8 +86,7 @@ type Store struct {
 	inner  idempotency.Store
 	router Router       // nil: one node, ""
 	br     *breaker.Set // one breaker per node
-	now    func() time.Time
-	onErr  func(node string, err error)
+	g      *breaker.Guard
 	m      metrics
 }
 
@@ -110,7 +102,7 @@ func New(inner idempotency.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{inner: inner, now: opts.Now, onErr: opts.OnError, m: m}
+	s := &Store{inner: inner, m: m}
 	s.router, _ = inner.(Router)
 	s.br, err = breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(node string, open bool, err error) {
 		s.m.circuitOpen.Set(float64(s.br.Open()))
@@ -121,8 +113,17 @@ func New(inner idempotency.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	if s.onErr == nil {
-		s.onErr = func(string, error) {}
+	gopts := breaker.GuardOptions{Set: s.br, Now: opts.Now, Neutral: neutral, Failed: func(node string, err error) {
+		s.m.errors.Inc()
+		if opts.OnError != nil {
+			opts.OnError(node, err)
+		}
+	}}
+	if s.router != nil {
+		gopts.Cluster = s.router
+	}
+	if s.g, err = breaker.NewGuard(gopts); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return s, nil
 }
@@ -193,53 +194,17 @@ func (s *Store) Renew(ctx context.Context, lease idempotency.Lease) error {
 func (s *Store) Close() error { return s.inner.Close() }
 
 // call runs f, a call about the record of scope and key, through its
-// node's breaker and records its outcome.
+// node's breaker; an open circuit is idempotency.ErrUnavailable.
 func (s *Store) call(ctx context.Context, scope, key string, f func() error) error {
 	node := ""
 	if s.router != nil {
 		node = s.router.Node(ctx, scope, key)
 	}
-	if b := s.br.Get(node); !b.Acquire(s.now()) {
-		s.refresh() // the node may have been replaced meanwhile
-		st := b.State()
-		return fmt.Errorf("%w: circuit open%s after %d consecutive failures, last: %v",
-			idempotency.ErrUnavailable, nodeName(node), st.Failures, st.LastErr)
-	}
-	err := f()
-	if s.br.Done(node, s.now(), err, s.outcome(ctx, err)) {
-		s.m.errors.Inc()
-		s.onErr(node, err)
-		s.refresh()
-	}
-	if s.router != nil {
-		s.br.Prune(s.now(), s.router.Nodes)
+	err := s.g.Call(ctx, node, f)
+	if errors.Is(err, breaker.ErrOpen) {
+		return fmt.Errorf("%w: %w", idempotency.ErrUnavailable, err)
 	}
 	return err
-}
-
-// refresh asks a Router inner store to reload its key-to-node map.
-func (s *Store) refresh() {
-	if s.router != nil {
-		s.router.Refresh()
-	}
-}
-
-func nodeName(node string) string {
-	if node == "" {
-		return ""
-	}
-	return " for node " + node
-}
-
-// outcome says what an inner store's error tells of the node that gave it.
-func (s *Store) outcome(ctx context.Context, err error) breaker.Outcome {
-	switch {
-	case err != nil && neutral(ctx, err):
-		return breaker.Neutral
-	case s.router != nil && err != nil && s.router.ClusterDown(err):
-		return breaker.Unserved
-	}
-	return breaker.Fault
 }
 
 // neutral reports errors that say nothing about the backend's health: the

@@ -72,6 +72,30 @@ type Store interface {
 	Release(ctx context.Context, key string, slot Slot) (bool, error)
 }
 
+// Held is a key's live slots at one instant (Inspector).
+type Held struct {
+	// Slots is the number of live (unexpired, unreleased) slots.
+	Slots int
+	// NextExpiry is the time until the soonest of them expires (an upper
+	// bound on the wait for one to free); 0 without slots.
+	NextExpiry time.Duration
+	// Where names the slots in the backend (the Redis key); empty for the
+	// memory store.
+	Where string
+}
+
+// Inspector reads a key's slots without taking, renewing or releasing
+// any (for operators: the admin API's explain). The stores of this module
+// implement it.
+type Inspector interface {
+	Held(ctx context.Context, key string) (Held, error)
+}
+
+// ErrUnavailable means the store refused a call without trying its
+// backend (a circuit breaker open after consecutive failures; see package
+// guard): a backend failure like any other.
+var ErrUnavailable = errors.New("inflight: store unavailable")
+
 // ErrInvalid means Acquire or Renew was called with a limit below 1 or a
 // ttl below one millisecond: a configuration error, never request input.
 var ErrInvalid = errors.New("inflight: invalid argument")

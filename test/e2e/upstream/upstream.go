@@ -8,6 +8,11 @@
 //
 //	X-Upstream-Status: 201        status to answer (default 200)
 //	X-Upstream-Delay: 2s          wait before answering (Go duration)
+//	X-Upstream-Hold: h1           wait until the test calls Release("h1")
+//	                              (after any delay, before any reset or reply)
+//	X-Upstream-Hold-Body: h1      send the headers at once and the JSON body
+//	                              when the test calls Release("h1"): the
+//	                              handler runs on after the response started
 //	X-Upstream-Reset: before      reset the connection before any response byte
 //	X-Upstream-Reset: mid-body    send headers and half the body, then reset
 //	X-Upstream-Body: binary       answer application/octet-stream bytes that
@@ -20,6 +25,12 @@
 //
 // Every reply but /healthz is unique per execution (a random id in the body),
 // so an identical body on a retry proves a replay, not a second execution.
+//
+// It also measures concurrency per tenant: how many of a tenant's requests
+// are in the handler at once (from arrival until the handler returns, the
+// body written or the request gone), and the most there ever were
+// (MaxConcurrent), so a test can prove a concurrency limit held at the
+// upstream.
 package upstream
 
 import (
@@ -40,6 +51,8 @@ import (
 const (
 	HeaderStatus    = "X-Upstream-Status"
 	HeaderDelay     = "X-Upstream-Delay"
+	HeaderHold      = "X-Upstream-Hold"
+	HeaderHoldBody  = "X-Upstream-Hold-Body"
 	HeaderReset     = "X-Upstream-Reset"
 	HeaderBody      = "X-Upstream-Body"
 	HeaderSize      = "X-Upstream-Size"
@@ -55,9 +68,12 @@ const maxDelay = time.Minute
 
 // Server is the sample API. The zero value is not usable; call New.
 type Server struct {
-	mu     sync.Mutex
-	counts map[execKey]int
-	total  atomic.Int64
+	mu      sync.Mutex
+	counts  map[execKey]int
+	running map[string]int // tenant -> requests in the handler now
+	maxRun  map[string]int // tenant -> most ever in the handler at once
+	holds   map[string]chan struct{}
+	total   atomic.Int64
 }
 
 type execKey struct{ tenant, key string }
@@ -77,7 +93,7 @@ type Reply struct {
 
 // New returns a Server with no executions counted.
 func New() *Server {
-	return &Server{counts: make(map[execKey]int)}
+	return &Server{counts: make(map[execKey]int), running: make(map[string]int), maxRun: make(map[string]int), holds: make(map[string]chan struct{})}
 }
 
 // Executions reports how often a request with this tenant and
@@ -88,25 +104,88 @@ func (s *Server) Executions(tenant, key string) int {
 	return s.counts[execKey{tenant, key}]
 }
 
+// Running reports how many requests of tenant are in the handler now.
+func (s *Server) Running(tenant string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running[tenant]
+}
+
+// MaxConcurrent reports the most requests of tenant that were ever in the
+// handler at once.
+func (s *Server) MaxConcurrent(tenant string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxRun[tenant]
+}
+
+// enter counts a request of tenant into the handler; the returned func
+// counts it out.
+func (s *Server) enter(tenant string) (leave func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running[tenant]++
+	s.maxRun[tenant] = max(s.maxRun[tenant], s.running[tenant])
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.running[tenant]--
+	}
+}
+
+// Release lets the requests holding on name (X-Upstream-Hold,
+// X-Upstream-Hold-Body) go on, and any that hold on it later.
+func (s *Server) Release(name string) {
+	ch := s.hold(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// hold returns the channel that Release(name) closes.
+func (s *Server) hold(name string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.holds[name]
+	if !ok {
+		ch = make(chan struct{})
+		s.holds[name] = ch
+	}
+	return ch
+}
+
+// wait blocks until name is released (true) or the client goes away.
+func (s *Server) wait(r *http.Request, name string) bool {
+	select {
+	case <-s.hold(name):
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
 // Total reports every execution, /healthz excluded.
 func (s *Server) Total() int64 { return s.total.Load() }
 
 // ServeHTTP implements the API: GET /healthz answers 200 "ok" uncounted;
-// GET /_executions?tenant=T&key=K reports a count (for curl users); every
-// other request is one counted execution.
+// GET /_executions?tenant=T&key=K reports a count and GET
+// /_concurrency?tenant=T the tenant's running and most concurrent requests
+// (for curl users); every other request is one counted execution.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/healthz":
-		_, _ = io.WriteString(w, "ok\n")
-		return
-	case "/_executions":
-		q := r.URL.Query()
-		writeJSON(w, http.StatusOK, map[string]int{"executions": s.Executions(q.Get("tenant"), q.Get("key"))})
+	if s.serveInfo(w, r) {
 		return
 	}
+	defer s.enter(r.Header.Get(HeaderTenant))()
 	n := s.count(r)
 	body, _ := io.ReadAll(r.Body)
 	if !sleep(r) {
+		return
+	}
+	if h := r.Header.Get(HeaderHold); h != "" && !s.wait(r, h) {
 		return
 	}
 	switch r.Header.Get(HeaderReset) {
@@ -132,6 +211,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeLarge(w, status, n)
 		return
 	}
+	if h := r.Header.Get(HeaderHoldBody); h != "" {
+		s.writeLate(w, r, status, h, Reply{
+			Execution: n, ID: randomHex(16), Method: r.Method, Path: r.URL.Path, Tenant: r.Header.Get(HeaderTenant),
+		})
+		return
+	}
 	if r.Header.Get(HeaderBody) == "binary" {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(status)
@@ -142,6 +227,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Execution: n, ID: randomHex(16), Method: r.Method, Path: r.URL.Path,
 		Tenant: r.Header.Get(HeaderTenant), Key: r.Header.Get(HeaderKey), RequestBytes: len(body),
 	})
+}
+
+// serveInfo answers the uncounted paths: /healthz and the counts; false
+// for any other path.
+func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) bool {
+	q := r.URL.Query()
+	switch r.URL.Path {
+	case "/healthz":
+		_, _ = io.WriteString(w, "ok\n")
+	case "/_executions":
+		writeJSON(w, http.StatusOK, map[string]int{"executions": s.Executions(q.Get("tenant"), q.Get("key"))})
+	case "/_concurrency":
+		t := q.Get("tenant")
+		writeJSON(w, http.StatusOK, map[string]int{"running": s.Running(t), "max": s.MaxConcurrent(t)})
+	default:
+		return false
+	}
+	return true
 }
 
 // BinaryBody is the binary reply: every byte value 0..255 (not valid UTF-8),
@@ -226,6 +329,19 @@ func writeLarge(w http.ResponseWriter, status int, n int64) {
 			f.Flush()
 		}
 		body = body[len(c):]
+	}
+}
+
+// writeLate sends the headers at once and the JSON body when hold is
+// released (nothing more if the client goes away first).
+func (s *Server) writeLate(w http.ResponseWriter, r *http.Request, status int, hold string, v Reply) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	if s.wait(r, hold) {
+		_ = json.NewEncoder(w).Encode(v)
 	}
 }
 

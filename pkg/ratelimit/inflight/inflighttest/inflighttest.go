@@ -39,6 +39,7 @@ func Run(t *testing.T, h Harness) {
 		{"StaleTokenFreesNothing", testStaleToken},
 		{"ExpiryFrees", testExpiry},
 		{"RenewExtends", testRenew},
+		{"HeldCountsWithoutTaking", testHeld},
 		{"KeysIndependent", testKeysIndependent},
 		{"HostileKeys", testHostileKeys},
 		{"InvalidArguments", testInvalid},
@@ -175,6 +176,42 @@ func testRenew(t *testing.T, h Harness) {
 	acquire(t, s, key, 1, long, false)
 	release(t, s, key, slot, true)
 	acquire(t, s, key, 1, long, true)
+}
+
+// testHeld: Held counts the live slots and the soonest expiry, and takes,
+// renews or releases none; released and expired slots are not counted.
+func testHeld(t *testing.T, h Harness) {
+	s, key := h.New(t), Key(t)
+	in, ok := s.(inflight.Inspector)
+	if !ok {
+		t.Fatalf("%T is not an inflight.Inspector", s)
+	}
+	held := func(want int) inflight.Held {
+		t.Helper()
+		got, err := in.Held(context.Background(), key)
+		if err != nil || got.Slots != want || (want == 0) != (got.NextExpiry == 0) {
+			t.Fatalf("Held = %+v, %v; want %d slots (and a next expiry with any)", got, err, want)
+		}
+		return got
+	}
+	held(0)
+	short, _ := acquire(t, s, key, 3, h.TTL, true)
+	acquire(t, s, key, 3, long, true)
+	if got := held(2); got.NextExpiry > h.TTL {
+		t.Fatalf("NextExpiry = %v, want at most the short slot's %v", got.NextExpiry, h.TTL)
+	}
+	held(2)
+	third, _ := acquire(t, s, key, 3, long, true) // Held took none
+	acquire(t, s, key, 3, long, false)
+	release(t, s, key, short, true)
+	if got := held(2); got.NextExpiry <= h.TTL {
+		t.Fatalf("NextExpiry = %v after the short slot's release, want the long ones'", got.NextExpiry)
+	}
+	release(t, s, key, third, true)
+	acquire(t, s, key, 3, h.TTL, true)
+	held(2)
+	h.Advance(t, s, h.TTL+h.TTL/5)
+	held(1)
 }
 
 func testKeysIndependent(t *testing.T, h Harness) {

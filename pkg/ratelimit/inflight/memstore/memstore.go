@@ -44,7 +44,10 @@ type Store struct {
 	lastSweep time.Time
 }
 
-var _ inflight.Store = (*Store)(nil)
+var (
+	_ inflight.Store     = (*Store)(nil)
+	_ inflight.Inspector = (*Store)(nil)
+)
 
 // New returns an empty Store.
 func New(cfg Config) *Store {
@@ -116,6 +119,18 @@ func (s *Store) Release(_ context.Context, key string, slot inflight.Slot) (bool
 		delete(s.keys, key)
 	}
 	return true, nil
+}
+
+// Held implements inflight.Inspector.
+func (s *Store) Held(_ context.Context, key string) (inflight.Held, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	slots := s.live(key, now)
+	if len(slots) == 0 {
+		return inflight.Held{}, nil
+	}
+	return inflight.Held{Slots: len(slots), NextExpiry: soonest(slots, now)}, nil
 }
 
 // live prunes the expired slots of key and returns the rest, nil when none

@@ -45,7 +45,7 @@ var (
 
 // Scripts returns the Lua source of every script the store runs, for
 // loading them on every master before traffic arrives.
-func Scripts() []string { return []string{acquireSrc, renewSrc, releaseSrc} }
+func Scripts() []string { return []string{acquireSrc, renewSrc, releaseSrc, heldSrc} }
 
 // Processor runs one command: *redis.Client and *redis.ClusterClient.
 type Processor interface {
