@@ -108,7 +108,8 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	r.missingStatus = h.Identity.MissingStatus
 
 	var rlHeaders []*corev3.HeaderValue
-	if route.HasLimits() && !h.IsExempt(r.path, r.headers.joined(), r.principal) {
+	exempt := h.IsExempt(r.path, r.headers.joined(), r.principal)
+	if route.HasLimits() && !exempt {
 		over, hs, err := s.rateLimit(ctx, planLimits(limitScope(r.tenant, caller), route, caller), route.HeaderStyle)
 		if err != nil {
 			s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeError)
@@ -120,7 +121,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 		}
 		rlHeaders = hs
 	}
-	return s.admit(ctx, route, r, limitScope(r.tenant, caller), rlHeaders)
+	return s.admit(ctx, route, r, limitScope(r.tenant, caller), exempt, rlHeaders)
 }
 
 // idempotency takes the Idempotency-Key decision and renders it.

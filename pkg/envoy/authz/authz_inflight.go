@@ -120,12 +120,18 @@ func slotFrom(md *corev3.Metadata) (*slotHold, bool) {
 	return h, true
 }
 
-// admit takes the route's in-flight slot, if it has max_in_flight, then
+// admit takes the route's in-flight slot, if it has max_in_flight and the
+// request is not exempt (health checks never hold a caller's slot), then
 // the Idempotency-Key decision, and hands the slot on with the answer. A
 // store failure is an error, as for the rate-limit store: Envoy's
 // failure_mode_allow decides (open: the request runs without a slot).
-func (s *Authz) admit(ctx context.Context, route *policy.Route, r checkRequest, scope string, rl []*corev3.HeaderValue) (*authv3.CheckResponse, error) {
-	slot, over, err := s.takeSlot(ctx, route, scope)
+func (s *Authz) admit(ctx context.Context, route *policy.Route, r checkRequest, scope string, exempt bool, rl []*corev3.HeaderValue) (*authv3.CheckResponse, error) {
+	var slot *slotHold
+	var over *reply
+	var err error
+	if !exempt {
+		slot, over, err = s.takeSlot(ctx, route, scope)
+	}
 	switch {
 	case err != nil:
 		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeError)

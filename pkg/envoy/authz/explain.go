@@ -33,7 +33,8 @@ type Explanation struct {
 	// Tier is the caller's tier on a route with tier_limits (the set's
 	// default for a missing or unknown value); "" on other routes.
 	Tier string
-	// Exempt reports a request the exemptions keep from the route's limits.
+	// Exempt reports a request the exemptions keep from the route's limits
+	// and its in-flight slots.
 	Exempt bool
 	// Request is the rate-limit request Check would send (Hits 1); nil
 	// when the route has no limits or the request is exempt. Names names
@@ -128,12 +129,13 @@ func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanat
 	}
 	ex.Exempt = h.IsExempt(r.path, r.headers.joined(), r.principal)
 	scope := limitScope(ex.Identity, caller)
-	// Check takes a slot whether or not the request is exempt from the
-	// rate limits.
+	if ex.Exempt { // no rate limit and no in-flight slot, as in Check
+		return ex, nil
+	}
 	if err := s.explainInFlight(ctx, &ex, scope); err != nil {
 		return ex, err
 	}
-	if !ex.Route.HasLimits() || ex.Exempt {
+	if !ex.Route.HasLimits() {
 		return ex, nil
 	}
 	p := planLimits(scope, ex.Route, caller)

@@ -23,6 +23,7 @@ import (
 const inFlightPolicy = `
 http:
   tenant: {header: x-tenant-id}
+  exempt: {path_prefixes: [/one/healthz]}
   routes:
     - {name: reports, path_prefix: /reports, max_in_flight: 2, in_flight_ttl: 9s}
     - {name: one, path_prefix: /one, max_in_flight: 1, in_flight_ttl: 9s, header_style: none}
@@ -249,4 +250,21 @@ http:
 		t.Fatal("no in-flight slot beside the lease")
 	}
 	wantDenied(t, e.post(t, "/pay", "acme", "k2", []byte("{}")), 429, ProblemTooManyInFlight)
+}
+
+// TestMaxInFlightExemptTakesNoSlot: a request the policy exempts (a health
+// check) is admitted without a slot while the caller's slots are all held,
+// and takes none of them.
+func TestMaxInFlightExemptTakesNoSlot(t *testing.T) {
+	e := startInFlight(t, nil)
+	wantSlot(t, e.get(t, "/one/a", "acme"))
+	resp := e.get(t, "/one/healthz", "acme")
+	if resp.GetOkResponse() == nil {
+		t.Fatalf("exempt request denied %d %s while the slot is held, want OK",
+			resp.GetDeniedResponse().GetStatus().GetCode(), resp.GetDeniedResponse().GetBody())
+	}
+	if md := resp.GetDynamicMetadata().GetFields()[envoy.MetadataInFlight]; md != nil {
+		t.Fatalf("exempt request holds a slot: %v", md)
+	}
+	wantTooMany(t, e.get(t, "/one/b", "acme"), "")
 }
