@@ -1,0 +1,169 @@
+package allotment
+
+import (
+	"math"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// slice is what one replica holds of one limit on one key: its lots, the
+// lease in flight, a remembered denial, and the demand that sizes the next
+// lease. Its fields are guarded by mu in the table entry that holds it.
+type slice struct {
+	limit ratelimit.Limit
+	lots  []*lot // oldest first
+	// leasing is closed when the lease in flight (at most one) is done.
+	leasing chan struct{}
+	// last is the newest granted lease's Result, sent when it was sent;
+	// lastN its size (the prefetch low-water mark is half of it).
+	last   ratelimit.Result
+	sent   time.Time
+	lastN  int64
+	leased bool // last is set
+	// primary is false when the newest lease was answered by a fallback
+	// (the failure mode), whose denials must not be remembered upstream.
+	primary bool
+	// denied remembers a store denial of deniedHits or more hits until
+	// deniedUntil, so a key over its limit is not asked on every request.
+	denied      ratelimit.Result
+	deniedAt    time.Time
+	deniedUntil time.Time
+	deniedHits  int64
+	// noPrefetchUntil holds prefetches back after one was refused.
+	noPrefetchUntil time.Time
+	// Demand: hits asked since the last lease began, and the rate
+	// samples of the last two leases (hits per second).
+	demand, waiting int64
+	since           time.Time
+	rate, prevRate  float64
+	lastUsed        time.Time
+}
+
+// available is the tokens usable at now over every lot.
+func (s *slice) available(now time.Time) int64 {
+	var n int64
+	for _, o := range s.lots {
+		n += o.available(now)
+	}
+	return n
+}
+
+// part is the tokens a reservation took from one lot.
+type part struct {
+	entry   *entry
+	lot     *lot
+	from, n int64
+}
+
+// reserve takes hits tokens at now, all or none, and reports the tokens
+// that lapsed unused on the way. Spent lots are dropped.
+func (s *slice) reserve(e *entry, hits int64, now time.Time) ([]part, bool, int64) {
+	if s.available(now) < hits {
+		return nil, false, s.prune(now)
+	}
+	var parts []part
+	var lapsed int64
+	want := hits
+	for _, o := range s.lots {
+		if want == 0 {
+			break
+		}
+		took, l, from := o.take(want, now)
+		lapsed += l
+		if took > 0 {
+			parts = append(parts, part{entry: e, lot: o, from: from, n: took})
+			want -= took
+		}
+	}
+	return parts, true, lapsed + s.prune(now)
+}
+
+// prune drops the lots with nothing usable left at now and returns the
+// tokens they held unused (lapsed).
+func (s *slice) prune(now time.Time) int64 {
+	var lapsed int64
+	keep := s.lots[:0]
+	for _, o := range s.lots {
+		if o.available(now) > 0 {
+			keep = append(keep, o)
+			continue
+		}
+		_, l, _ := o.take(0, now) // counts what lapsed since the last take
+		lapsed += l
+	}
+	clear(s.lots[len(keep):])
+	s.lots = keep
+	return lapsed
+}
+
+// remembered returns the remembered denial of hits at now, aged, if any.
+func (s *slice) remembered(hits int64, now time.Time) (ratelimit.Result, bool) {
+	if hits < s.deniedHits || !now.Before(s.deniedUntil) {
+		return ratelimit.Result{}, false
+	}
+	return aged(s.denied, now.Sub(s.deniedAt)), true
+}
+
+// aged shortens a Result's durations by the time since it was decided.
+func aged(r ratelimit.Result, elapsed time.Duration) ratelimit.Result {
+	r.ResetAfter = max(r.ResetAfter-elapsed, 0)
+	if !r.Allowed {
+		r.RetryAfter = max(r.RetryAfter-elapsed, time.Microsecond)
+	}
+	return r
+}
+
+// result is the Result of an allotment decision at now: the newest lease's,
+// aged, its Remaining (what the store had left) plus the tokens this
+// replica holds unused: an estimate, as other replicas hold theirs.
+func (s *slice) result(allowed bool, now time.Time) ratelimit.Result {
+	r := aged(s.last, now.Sub(s.sent))
+	r.Allowed, r.RetryAfter = allowed, 0
+	r.Remaining = max(r.Remaining, 0) + s.available(now)
+	if !s.leased {
+		r.Limit = reported(s.limit)
+	}
+	return r
+}
+
+// reported is the quota reported to clients: Requests, or Burst for gcra
+// when larger (as the stores report it).
+func reported(l ratelimit.Limit) int64 {
+	if l.Algorithm.OrDefault() == ratelimit.GCRA {
+		return max(l.Requests, l.Burst)
+	}
+	return l.Requests
+}
+
+// noteDemand counts hits asked at now.
+func (s *slice) noteDemand(hits int64, now time.Time) {
+	s.demand += hits
+	s.lastUsed = now
+	if s.since.IsZero() {
+		s.since = now
+	}
+}
+
+// sample closes the demand sample when a lease begins at now: the rate is
+// the larger of the last two samples, the rule quota.Meter applies to
+// Envoy's reports, without the Meter's one-second minimum span (a lease
+// samples every slice's lifetime, milliseconds for a hot key).
+func (s *slice) sample(now time.Time) {
+	span := now.Sub(s.since)
+	if s.since.IsZero() || span <= 0 {
+		span = time.Microsecond
+	}
+	s.prevRate, s.rate = s.rate, float64(s.demand)/span.Seconds()
+	s.demand, s.since = 0, now
+}
+
+// size is the next lease's size: the tokens the demand uses in horizon,
+// at least 1, at most max.
+func (s *slice) size(horizon time.Duration, maxN int64) int64 {
+	want := math.Ceil(max(s.rate, s.prevRate) * horizon.Seconds())
+	if want >= float64(maxN) {
+		return maxN
+	}
+	return max(int64(want), 1)
+}
