@@ -2,8 +2,8 @@ package allotment
 
 import (
 	"errors"
-	"runtime"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 

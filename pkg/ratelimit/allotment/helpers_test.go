@@ -84,12 +84,12 @@ func (r *recorder) taken() []ratelimit.Request {
 }
 
 type rig struct {
-	clk   *clock
-	mem   *memstore.Store
-	rec   *recorder
-	s     *Store
-	reg   *prometheus.Registry
-	ctx   context.Context
+	clk *clock
+	mem *memstore.Store
+	rec *recorder
+	s   *Store
+	reg *prometheus.Registry
+	ctx context.Context
 }
 
 // newRig builds an allotment store over a recorder over a memstore on a
@@ -170,7 +170,6 @@ func (g *rig) counter(name string, labels ...string) float64 {
 	}
 	return -1
 }
-
 
 func allot(alg ratelimit.Algorithm, requests int64, period time.Duration) ratelimit.Limit {
 	return ratelimit.Limit{Algorithm: alg, Requests: requests, Period: period, Consistency: ratelimit.Allotment}

@@ -98,4 +98,3 @@ func (o *lot) giveBack(from, n int64, now time.Time) bool {
 	}
 	return false
 }
-
