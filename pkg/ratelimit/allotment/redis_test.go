@@ -94,8 +94,8 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out.String())
 	}
 	theirs := childResult(t, out.String())
-	max := (&Store{fraction: DefaultMaxFraction}).maxSlice(p.rounds()[0].Limit)
-	bound := int64(2 * 3 * max / 2) // two replicas, each one slice plus one being leased
+	maxN := (&Store{fraction: DefaultMaxFraction}).maxSlice(p.rounds()[0].Limit)
+	bound := 2 * 3 * maxN / 2 // two replicas, each one slice plus one being leased
 	shared := map[ratelimit.Algorithm]int{}
 	for i, r := range p.rounds() {
 		if mine[i] < 0 || theirs[i] < 0 {
