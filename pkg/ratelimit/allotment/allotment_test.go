@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,6 +254,13 @@ func TestPrefetchSingleFlight(t *testing.T) {
 	gate := make(chan struct{})
 	g.rec.gate = gate
 	g.rec.mu.Unlock()
+	open := sync.OnceFunc(func() { // also on failure, or Close would wait forever
+		g.rec.mu.Lock()
+		g.rec.gate = nil
+		g.rec.mu.Unlock()
+		close(gate)
+	})
+	defer open()
 	// 40 requests use the slice down past half: a prefetch starts and
 	// blocks at the gate, and those that find the slice empty wait for it.
 	results := make(chan bool, 40)
@@ -266,7 +274,7 @@ func TestPrefetchSingleFlight(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		e.mu.Lock()
-		settled := len(results)+int(e.s.waiting) == 40
+		settled := len(results)+int(e.s.waiting) == 40 && g.rec.count() > 0
 		e.mu.Unlock()
 		if settled {
 			break
@@ -279,10 +287,7 @@ func TestPrefetchSingleFlight(t *testing.T) {
 	if calls := g.rec.count(); calls != 1 {
 		t.Errorf("%d leases started while one was in flight, want 1", calls)
 	}
-	g.rec.mu.Lock()
-	g.rec.gate = nil
-	g.rec.mu.Unlock()
-	close(gate)
+	open()
 	for range 40 {
 		if !<-results {
 			t.Error("a request was denied or failed within the limit")
@@ -379,5 +384,73 @@ func TestFleetNeverOverAdmits(t *testing.T) {
 			}
 			t.Logf("admitted %d, denied %d", admitted, denied)
 		})
+	}
+}
+
+// TestRejectsWhatTheStoreWould: an invalid limit, or two limits sharing a
+// state, fail before any lease.
+func TestRejectsWhatTheStoreWould(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil, nil, Options{})
+	for _, ls := range [][]ratelimit.Limit{
+		{allot(ratelimit.GCRA, 0, time.Second)},
+		{allot(ratelimit.FixedWindow, 5, time.Second), allot(ratelimit.FixedWindow, 9, time.Second)},
+		{{Algorithm: ratelimit.SlidingLog, Requests: 5, Period: time.Second, Consistency: ratelimit.Allotment}},
+	} {
+		_, err := g.s.AllowBatch(g.ctx, []ratelimit.Request{{Key: "k", Limits: ls, Hits: 1}})
+		if !errors.Is(err, ratelimit.ErrInvalidLimit) {
+			t.Errorf("%+v: %v, want ErrInvalidLimit", ls, err)
+		}
+	}
+	if calls := g.rec.taken(); len(calls) != 0 {
+		t.Errorf("invalid requests leased: %+v", calls)
+	}
+}
+
+// TestHitsAboveOne: a request of h hits takes h tokens from the slice, and
+// leases at least h when the slice holds fewer.
+func TestHitsAboveOne(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil, nil, Options{})
+	l := allot(ratelimit.FixedWindow, 160, time.Hour) // max slice 10
+	for range 3 {
+		g.allow(t, "k", 1, l)
+	}
+	g.rec.taken()
+	before := g.s.table.held(sliceID("k", l), g.clk.Now())
+	g.allow(t, "k", 3, l)
+	if calls := g.rec.taken(); len(calls) != 0 {
+		t.Fatalf("3 hits with %d held: %d leases", before, len(calls))
+	}
+	if after := g.s.table.held(sliceID("k", l), g.clk.Now()); after != before-3 {
+		t.Errorf("held %d then %d, want 3 taken", before, after)
+	}
+	d := g.allow(t, "k", 25, l) // more than a slice
+	calls := g.rec.taken()
+	if !d.Allowed || len(calls) == 0 || calls[0].Hits < 25 {
+		t.Errorf("25 hits: %+v, leases %+v; want admitted by a lease of at least 25", d, calls)
+	}
+	if got := g.shared(t, "k", l).Remaining; got < 0 || got > 160-1-1-25-3 {
+		t.Errorf("shared remaining %d: the hits were not charged", got)
+	}
+}
+
+// TestMaxSlice: a slice is at most MaxFraction of the limit (of the burst
+// for gcra), and at least one token.
+func TestMaxSlice(t *testing.T) {
+	t.Parallel()
+	s := &Store{fraction: DefaultMaxFraction}
+	for _, tc := range []struct {
+		l    ratelimit.Limit
+		want int64
+	}{
+		{allot(ratelimit.FixedWindow, 1600, time.Second), 100},
+		{allot(ratelimit.SlidingWindow, 5, time.Second), 1},
+		{allot(ratelimit.GCRA, 1600, time.Second), 100},
+		{ratelimit.Limit{Requests: 1600, Period: time.Second, Burst: 160}, 10},
+	} {
+		if got := s.maxSlice(tc.l); got != tc.want {
+			t.Errorf("%+v: max slice %d, want %d", tc.l, got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -23,19 +24,17 @@ func (s *Store) askInner(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	return d, true, err
 }
 
-// leases reports whether r is decided here: it charges hits and has an
-// allotment limit. One scan of the limits; requests without one cost
-// nothing more.
-func leases(r ratelimit.Request) bool {
-	if r.Hits <= 0 {
-		return false
-	}
+// kind says how a request is decided: leased (it charges hits and has an
+// allotment limit), checked (Hits 0 with an allotment limit: on the inner
+// store, then the tokens held here are added), or plain. One scan of the
+// limits; requests without allotment limits cost nothing more.
+func kind(r ratelimit.Request) (leased, checked bool) {
 	for i := range r.Limits {
 		if r.Limits[i].Consistency == ratelimit.Allotment {
-			return true
+			return r.Hits > 0, r.Hits == 0
 		}
 	}
-	return false
+	return false, false
 }
 
 // AllowBatchSource is AllowBatch that also reports whether every answer
@@ -46,14 +45,17 @@ func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) 
 		return nil, false, ratelimit.ErrClosed
 	}
 	var mine []int
+	checks := false
 	for i := range reqs {
-		if leases(reqs[i]) {
+		leased, checked := kind(reqs[i])
+		if leased {
 			mine = append(mine, i)
 		}
+		checks = checks || checked
 	}
 	if len(mine) == 0 {
 		d, primary, err := s.askInner(ctx, reqs)
-		if err == nil {
+		if err == nil && checks {
 			s.addHeld(reqs, d)
 		}
 		return d, primary, err
@@ -66,15 +68,24 @@ func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) 
 	return s.mixedBatch(ctx, reqs, mine)
 }
 
-// validate checks what the inner store would, before any lease.
+// validate checks what the inner store would before any lease: valid
+// limits, and no two sharing a state (same algorithm and period), which
+// would lease from one count under two slices.
 func validate(r ratelimit.Request) error {
-	if len(r.Limits) == 0 {
-		return fmt.Errorf("%w: no limits", ratelimit.ErrInvalidLimit)
+	type slot struct {
+		alg    ratelimit.Algorithm
+		period time.Duration
 	}
-	for _, l := range r.Limits {
+	seen := make(map[slot]bool, len(r.Limits))
+	for i, l := range r.Limits {
 		if err := l.Validate(); err != nil {
-			return err
+			return fmt.Errorf("limit %d: %w", i, err)
 		}
+		k := slot{l.Algorithm.OrDefault(), l.Period}
+		if seen[k] {
+			return fmt.Errorf("%w: limit %d repeats algorithm %s and period %s", ratelimit.ErrInvalidLimit, i, k.alg, l.Period)
+		}
+		seen[k] = true
 	}
 	return nil
 }
@@ -124,7 +135,7 @@ func (s *Store) mixedBatch(ctx context.Context, reqs []ratelimit.Request, mine [
 		spawn(func() ([]ratelimit.Decision, bool, error) {
 			d, p, err := s.askInner(ctx, rest)
 			if err == nil {
-				s.addHeld(rest, d)
+				s.addHeld(rest, d) // checks of allotment limits, if any
 			}
 			return d, p, err
 		}, restAt)
