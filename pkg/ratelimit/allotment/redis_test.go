@@ -27,8 +27,18 @@ import (
 // of roundLimit per hour, so a round sits in one window (rounds that cross a
 // window edge are not counted) and only the limit itself can stop the
 // callers: both processes hammer it for roundTime with callers goroutines
-// each, and the test checks what the two admitted together.
+// each, and the test checks what the two admitted together. A last round
+// runs a fixed_window of streamLimit per streamPeriod for streamTime, so
+// slices lapse at window ends in real time: every window is checked. Its
+// odd windows see little demand (quietCalls per caller), which leaves
+// slices half used at their end, and its even windows more than the limit:
+// a token that outlived its window would push an even window over.
 const (
+	streamLimit  = 200
+	streamPeriod = 100 * time.Millisecond
+	streamTime   = time.Second
+	quietCalls   = 4
+
 	childEnv   = "ALLOTMENT_TEST_CHILD" // JSON plan; set in the child process only
 	rounds     = 8
 	roundTime  = 300 * time.Millisecond
@@ -58,7 +68,21 @@ func (p plan) rounds() []round {
 				From: p.Start.Add(time.Duration(k) * roundTime), To: p.Start.Add(time.Duration(k+1)*roundTime - 20*time.Millisecond)})
 		}
 	}
-	return out
+	from := p.Start.Add(time.Duration(len(out)) * roundTime)
+	return append(out, round{Key: p.Run + "|stream", From: from, To: from.Add(streamTime),
+		Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: streamLimit, Period: streamPeriod, Consistency: ratelimit.Allotment}})
+}
+
+// stream reports whether r is the real-time round, checked per window.
+func (r round) stream() bool { return r.Limit.Period < time.Hour }
+
+// outcome is one process's result of one round: its admissions, -1 when an
+// hour round crossed a window edge, and for the stream round the
+// admissions of each window (by index) that surely fell in it: decided
+// between two readings of the clock in the same window.
+type outcome struct {
+	Admitted int64
+	Sure     map[int64]int64
 }
 
 type round struct {
@@ -89,15 +113,21 @@ func TestTwoProcessesOneRedis(t *testing.T) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	mine := play(t, p)
+	mineAll := play(t, p)
 	if err := child.Wait(); err != nil {
 		t.Fatalf("child: %v\n%s", err, out.String())
 	}
-	theirs := childResult(t, out.String())
+	theirsAll := childResult(t, out.String())
+	last := len(p.rounds()) - 1
+	if len(mineAll) != last+1 || len(theirsAll) != last+1 {
+		t.Fatalf("outcomes of %d and %d rounds, want %d", len(mineAll), len(theirsAll), last+1)
+	}
+	checkStream(t, mineAll[last], theirsAll[last])
+	mine, theirs := admitted(mineAll[:last]), admitted(theirsAll[:last])
 	maxN := (&Store{fraction: DefaultMaxFraction}).maxSlice(p.rounds()[0].Limit)
 	bound := 2 * 3 * maxN / 2 // two replicas, each one slice plus one being leased
 	shared := map[ratelimit.Algorithm]int{}
-	for i, r := range p.rounds() {
+	for i, r := range p.rounds()[:len(mine)] {
 		if mine[i] < 0 || theirs[i] < 0 {
 			continue // the round crossed a window edge
 		}
@@ -134,11 +164,42 @@ func runChild(t *testing.T, raw string) {
 	fmt.Printf("\nRESULT %s\n", got)
 }
 
-func childResult(t *testing.T, out string) []int64 {
+// checkStream fails when the two processes together admitted more than the
+// limit in any window of the stream round.
+func checkStream(t *testing.T, a, b outcome) {
+	t.Helper()
+	windows, total := 0, int64(0)
+	for w := range a.Sure {
+		if n := a.Sure[w] + b.Sure[w]; n > streamLimit {
+			t.Errorf("stream window %d: admitted %d (%d + %d), over the limit %d", w, n, a.Sure[w], b.Sure[w], streamLimit)
+		}
+	}
+	for w, n := range b.Sure {
+		if _, ok := a.Sure[w]; !ok && n > streamLimit {
+			t.Errorf("stream window %d: admitted %d in the child alone, over the limit %d", w, n, streamLimit)
+		}
+		windows++
+		total += n
+	}
+	t.Logf("stream: %d+%d admitted in %d windows of %v (limit %d each)", a.Admitted, b.Admitted, windows, streamPeriod, streamLimit)
+	if a.Admitted == 0 || b.Admitted == 0 || total == 0 {
+		t.Errorf("stream: admitted %d and %d: both processes must take part", a.Admitted, b.Admitted)
+	}
+}
+
+func admitted(os []outcome) []int64 {
+	out := make([]int64, len(os))
+	for i, o := range os {
+		out[i] = o.Admitted
+	}
+	return out
+}
+
+func childResult(t *testing.T, out string) []outcome {
 	t.Helper()
 	for _, line := range strings.Split(out, "\n") {
 		if rest, ok := strings.CutPrefix(line, "RESULT "); ok {
-			var got []int64
+			var got []outcome
 			if err := json.Unmarshal([]byte(rest), &got); err != nil {
 				t.Fatal(err)
 			}
@@ -149,9 +210,8 @@ func childResult(t *testing.T, out string) []int64 {
 	return nil
 }
 
-// play runs every round of p in this process and returns the admissions of
-// each, -1 for a round that crossed a window edge.
-func play(t *testing.T, p plan) []int64 {
+// play runs every round of p in this process and returns their outcomes.
+func play(t *testing.T, p plan) []outcome {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: p.Addr, PoolSize: 2 * callers})
 	t.Cleanup(func() { _ = client.Close() })
@@ -164,38 +224,55 @@ func play(t *testing.T, p plan) []int64 {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
-	var out []int64
+	var out []outcome
 	for _, r := range p.rounds() {
 		time.Sleep(time.Until(r.From)) // both processes start each round together
-		n := playRound(t, s, r)
-		if r.From.Truncate(r.Limit.Period) != r.To.Truncate(r.Limit.Period) {
-			n = -1
+		o := playRound(t, s, r)
+		if !r.stream() && r.From.Truncate(r.Limit.Period) != r.To.Truncate(r.Limit.Period) {
+			o.Admitted = -1
 		}
-		out = append(out, n)
+		out = append(out, o)
 	}
 	return out
 }
 
-func playRound(t *testing.T, s *Store, r round) int64 {
+func playRound(t *testing.T, s *Store, r round) outcome {
 	var admitted atomic.Int64
+	var mu sync.Mutex
+	sure := map[int64]int64{}
 	var wg sync.WaitGroup
 	ctx := context.Background()
 	for range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			calls, window := 0, int64(-1)
 			for time.Now().Before(r.To) {
+				before := time.Now().UnixMicro() / r.Limit.Period.Microseconds()
+				if before != window {
+					calls, window = 0, before
+				}
+				if calls++; r.stream() && before%2 == 1 && calls > quietCalls {
+					time.Sleep(time.Until(time.UnixMicro((before + 1) * r.Limit.Period.Microseconds())))
+					continue
+				}
 				res, err := s.Allow(ctx, r.Key, r.Limit, 1)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if res.Allowed {
-					admitted.Add(1)
+				if !res.Allowed {
+					continue
+				}
+				admitted.Add(1)
+				if after := time.Now().UnixMicro() / r.Limit.Period.Microseconds(); r.stream() && after == before {
+					mu.Lock()
+					sure[before]++
+					mu.Unlock()
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return admitted.Load()
+	return outcome{Admitted: admitted.Load(), Sure: sure}
 }
