@@ -454,3 +454,32 @@ func TestMaxSlice(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedBatch: a batch of allotment, exact and check requests answers
+// each in its place, the exact ones in one inner call.
+func TestMixedBatch(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil, nil, Options{})
+	al := allot(ratelimit.FixedWindow, 1600, time.Hour)
+	ex := ratelimit.Limit{Requests: 7, Period: time.Hour}
+	reqs := []ratelimit.Request{
+		{Key: "a", Limits: []ratelimit.Limit{al}, Hits: 2},
+		{Key: "b", Limits: []ratelimit.Limit{ex}, Hits: 1},
+		{Key: "c", Limits: []ratelimit.Limit{al}, Hits: 1},
+		{Key: "a", Limits: []ratelimit.Limit{al}, Hits: 0},
+		{Key: "d", Limits: []ratelimit.Limit{ex}, Hits: 3},
+	}
+	d, err := g.s.AllowBatch(g.ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{1598, 6, 1599, -1, 4} // -1: a check, depends on the order
+	for i, w := range want {
+		if !d[i].Allowed || (w >= 0 && d[i].Results[0].Remaining != w) {
+			t.Errorf("request %d: %+v, want allowed with %d remaining", i, d[i], w)
+		}
+	}
+	if r := d[3].Results[0].Remaining; r != 1600 && r != 1598 {
+		t.Errorf("check on a: %d remaining, want 1600 or 1598", r)
+	}
+}

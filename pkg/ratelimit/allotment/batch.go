@@ -94,63 +94,79 @@ func validate(r ratelimit.Request) error {
 // goroutine when there are several (their leases then overlap, as one
 // pipelined batch would), and the others in one inner call.
 func (s *Store) mixedBatch(ctx context.Context, reqs []ratelimit.Request, mine []int) ([]ratelimit.Decision, bool, error) {
-	out := make([]ratelimit.Decision, len(reqs))
+	if len(reqs) == 1 { // the usual call: one request, no goroutine
+		d, primary, err := s.decide(ctx, reqs[0])
+		if err != nil {
+			return nil, false, err
+		}
+		return []ratelimit.Decision{d}, primary, nil
+	}
+	c := &collector{out: make([]ratelimit.Decision, len(reqs)), primary: true}
+	var pieces []func()
+	if rest, at := others(reqs, mine); len(rest) > 0 {
+		pieces = append(pieces, func() {
+			d, p, err := s.askInner(ctx, rest)
+			if err == nil {
+				s.addHeld(rest, d) // checks of allotment limits, if any
+			}
+			c.put(at, d, p, err)
+		})
+	}
+	for _, i := range mine {
+		pieces = append(pieces, func() {
+			d, p, err := s.decide(ctx, reqs[i])
+			c.put([]int{i}, []ratelimit.Decision{d}, p, err)
+		})
+	}
+	var wg sync.WaitGroup
+	for _, f := range pieces[1:] {
+		wg.Go(f)
+	}
+	pieces[0]()
+	wg.Wait()
+	if c.err != nil {
+		return nil, false, c.err
+	}
+	return c.out, c.primary, nil
+}
+
+// others returns the requests of reqs not in mine (sorted), with their
+// indexes.
+func others(reqs []ratelimit.Request, mine []int) ([]ratelimit.Request, []int) {
 	var rest []ratelimit.Request
-	var restAt []int
+	var at []int
 	for i, j := 0, 0; i < len(reqs); i++ {
 		if j < len(mine) && mine[j] == i {
 			j++
 			continue
 		}
-		rest, restAt = append(rest, reqs[i]), append(restAt, i)
+		rest, at = append(rest, reqs[i]), append(at, i)
 	}
-	var mu sync.Mutex
-	primary := true
-	var firstErr error
-	run := func(f func() ([]ratelimit.Decision, bool, error), at []int) {
-		d, p, err := f()
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			return
+	return rest, at
+}
+
+// collector gathers the decisions of the pieces of one batch.
+type collector struct {
+	mu      sync.Mutex
+	out     []ratelimit.Decision
+	primary bool
+	err     error
+}
+
+// put files the decisions d of the requests at (indexes into the batch).
+func (c *collector) put(at []int, d []ratelimit.Decision, primary bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if c.err == nil {
+			c.err = err
 		}
-		primary = primary && p
-		for k, i := range at {
-			out[i] = d[k]
-		}
+		return
 	}
-	var wg sync.WaitGroup
-	spawn := func(f func() ([]ratelimit.Decision, bool, error), at []int) {
-		if len(mine)+min(len(rest), 1) == 1 {
-			run(f, at) // one piece of work: no goroutine
-			return
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); run(f, at) }()
+	c.primary = c.primary && primary
+	for k, i := range at {
+		c.out[i] = d[k]
 	}
-	if len(rest) > 0 {
-		spawn(func() ([]ratelimit.Decision, bool, error) {
-			d, p, err := s.askInner(ctx, rest)
-			if err == nil {
-				s.addHeld(rest, d) // checks of allotment limits, if any
-			}
-			return d, p, err
-		}, restAt)
-	}
-	for _, i := range mine {
-		spawn(func() ([]ratelimit.Decision, bool, error) {
-			d, p, err := s.decide(ctx, reqs[i])
-			return []ratelimit.Decision{d}, p, err
-		}, []int{i})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, false, firstErr
-	}
-	return out, primary, nil
 }
 
 // addHeld adds to the Remaining of each allotment limit answered by the
