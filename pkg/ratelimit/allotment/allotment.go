@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,11 +90,12 @@ type Store struct {
 	m        metrics
 
 	// ctx is the background leases' context, cancelled by Close; closeMu
-	// orders their start against Close's wait.
+	// orders their start against Close's wait (closed is read on every
+	// call, without the lock).
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closeMu sync.RWMutex
-	closed  bool
+	closed  atomic.Bool
 	wg      sync.WaitGroup
 }
 
@@ -169,8 +171,7 @@ func (s *Store) Ready(ctx context.Context) error {
 // call twice.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
-	already := s.closed
-	s.closed = true
+	already := s.closed.Swap(true)
 	s.closeMu.Unlock()
 	if already {
 		return nil
@@ -184,7 +185,7 @@ func (s *Store) Close() error {
 func (s *Store) goBackground(f func()) bool {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
-	if s.closed {
+	if s.closed.Load() {
 		return false
 	}
 	s.wg.Add(1)
@@ -195,8 +196,4 @@ func (s *Store) goBackground(f func()) bool {
 	return true
 }
 
-func (s *Store) isClosed() bool {
-	s.closeMu.RLock()
-	defer s.closeMu.RUnlock()
-	return s.closed
-}
+func (s *Store) isClosed() bool { return s.closed.Load() }

@@ -483,3 +483,23 @@ func TestMixedBatch(t *testing.T) {
 		t.Errorf("check on a: %d remaining, want 1600 or 1598", r)
 	}
 }
+
+// TestSwitchingModesKeepsTheCount: exact and allotment decide on one state,
+// so a limit moved from one mode to the other keeps its usage.
+func TestSwitchingModesKeepsTheCount(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil, nil, Options{})
+	for _, alg := range leasable {
+		key := "k|" + string(alg)
+		al := allot(alg, 5, time.Hour)
+		ex := al
+		ex.Consistency = ratelimit.Exact
+		g.allow(t, key, 2, ex)
+		if d := g.allow(t, key, 1, al); !d.Allowed || d.Results[0].Remaining != 2 {
+			t.Errorf("%s: allotment after 2 exact hits: %+v, want 2 remaining", alg, d)
+		}
+		if d := g.allow(t, key, 1, ex); !d.Allowed || d.Results[0].Remaining != 1 {
+			t.Errorf("%s: exact after 3 hits: %+v, want 1 remaining", alg, d)
+		}
+	}
+}
