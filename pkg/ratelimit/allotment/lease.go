@@ -58,6 +58,7 @@ func (sl *slice) install(l ratelimit.Limit, g grant) *lot {
 	o := newLot(l, g.n, g.res, g.sent)
 	sl.lots = append(sl.lots, o)
 	sl.last, sl.sent, sl.lastN, sl.leased, sl.primary = g.res, g.sent, g.n, true, g.primary
+	sl.deniedUntil = time.Time{} // the store admits again
 	return o
 }
 
