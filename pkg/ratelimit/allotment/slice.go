@@ -32,12 +32,12 @@ type slice struct {
 	deniedHits  int64
 	// noPrefetchUntil holds prefetches back after one was refused.
 	noPrefetchUntil time.Time
-	// Demand: hits asked since the last lease began, and the rate
-	// samples of the last two leases (hits per second).
+	// demand is the hits asked since the last lease began (at since), rate
+	// and prevRate the samples of the last two leases (hits per second);
+	// waiting is the hits of requests waiting for the lease in flight.
 	demand, waiting int64
 	since           time.Time
 	rate, prevRate  float64
-	lastUsed        time.Time
 }
 
 // available is the tokens usable at now over every lot.
@@ -139,7 +139,6 @@ func reported(l ratelimit.Limit) int64 {
 // noteDemand counts hits asked at now.
 func (s *slice) noteDemand(hits int64, now time.Time) {
 	s.demand += hits
-	s.lastUsed = now
 	if s.since.IsZero() {
 		s.since = now
 	}
