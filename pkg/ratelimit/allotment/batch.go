@@ -43,6 +43,11 @@ func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) 
 	if s.isClosed() {
 		return nil, false, ratelimit.ErrClosed
 	}
+	if len(reqs) == 1 { // the usual call
+		if leased, _ := kind(reqs[0]); leased {
+			return s.decideOne(ctx, reqs[0])
+		}
+	}
 	var mine []int
 	checks := false
 	for i := range reqs {
@@ -90,13 +95,6 @@ func validate(r ratelimit.Request) error {
 // goroutine when there are several (their leases then overlap, as one
 // pipelined batch would), and the others in one inner call.
 func (s *Store) mixedBatch(ctx context.Context, reqs []ratelimit.Request, mine []int) ([]ratelimit.Decision, bool, error) {
-	if len(reqs) == 1 { // the usual call: one request, no goroutine
-		d, primary, err := s.decide(ctx, reqs[0])
-		if err != nil {
-			return nil, false, err
-		}
-		return []ratelimit.Decision{d}, primary, nil
-	}
 	c := &collector{out: make([]ratelimit.Decision, len(reqs)), primary: true}
 	var pieces []func()
 	if rest, at := others(reqs, mine); len(rest) > 0 {
@@ -124,6 +122,20 @@ func (s *Store) mixedBatch(ctx context.Context, reqs []ratelimit.Request, mine [
 		return nil, false, c.err
 	}
 	return c.out, c.primary, nil
+}
+
+// decideOne decides a batch of one leased request, without goroutines.
+func (s *Store) decideOne(ctx context.Context, r ratelimit.Request) ([]ratelimit.Decision, bool, error) {
+	if err := validate(r); err != nil {
+		return nil, false, fmt.Errorf("request 0: %w", err)
+	}
+	out := make([]ratelimit.Decision, 1)
+	var primary bool
+	var err error
+	if out[0], primary, err = s.decide(ctx, r); err != nil {
+		return nil, false, err
+	}
+	return out, primary, nil
 }
 
 // others returns the requests of reqs not in mine (sorted), with their

@@ -10,7 +10,7 @@ import (
 // taken is the outcome of one allotment limit of a request.
 type taken struct {
 	res     ratelimit.Result
-	parts   []part // tokens reserved, to give back if the request is denied
+	parts   reservation // tokens reserved, to give back if the request is denied
 	ok      bool
 	primary bool
 }
@@ -38,7 +38,9 @@ func (s *Store) decide(ctx context.Context, r ratelimit.Request) (ratelimit.Deci
 			p, err := s.fillDenied(ctx, r, i, exact, d.Results)
 			return d, primary && p, err
 		}
-		held = append(held, t.parts...)
+		if len(r.Limits) > 1 { // one limit has nothing to give back
+			held = append(held, t.parts.list()...)
+		}
 	}
 	if len(exact) == 0 {
 		d.Allowed = true
@@ -192,11 +194,13 @@ func (s *Store) leaseNow(ctx context.Context, e *entry, key string, l ratelimit.
 	o := e.s.install(l, g)
 	o.used = hits
 	s.m.lease(l, "sync")
-	return taken{res: e.s.result(true, now), parts: []part{{entry: e, lot: o, n: hits}}, ok: true, primary: g.primary}, nil
+	t := taken{res: e.s.result(true, now), ok: true, primary: g.primary}
+	t.parts.parts[0], t.parts.n = part{entry: e, lot: o, n: hits}, 1
+	return t, nil
 }
 
 // held is the tokens the slice of id holds usable at now; 0 without one.
-func (t *table) held(id string, now time.Time) int64 {
+func (t *table) held(id sliceKey, now time.Time) int64 {
 	e := t.lookup(id)
 	if e == nil {
 		return 0

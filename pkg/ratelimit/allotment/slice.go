@@ -41,9 +41,12 @@ type slice struct {
 }
 
 // available is the tokens usable at now over every lot.
-func (s *slice) available(now time.Time) int64 {
+func (s *slice) available(now time.Time) int64 { return s.availableIn(len(s.lots), now) }
+
+// availableIn is the tokens usable at now in the first k lots.
+func (s *slice) availableIn(k int, now time.Time) int64 {
 	var n int64
-	for _, o := range s.lots {
+	for _, o := range s.lots[:min(k, len(s.lots))] {
 		n += o.available(now)
 	}
 	return n
@@ -56,27 +59,41 @@ type part struct {
 	from, n int64
 }
 
-// reserve takes hits tokens at now, all or none, and reports the tokens
-// that lapsed unused on the way. Spent lots are dropped.
-func (s *slice) reserve(e *entry, hits int64, now time.Time) ([]part, bool, int64) {
-	if s.available(now) < hits {
-		return nil, false, s.prune(now)
+// maxParts bounds the lots one reservation spans: a slice holds its lot and
+// at most one prefetched (a third only while an old lot lingers). Kept
+// inline, a reservation costs no allocation.
+const maxParts = 3
+
+// reservation is the tokens one limit of a request took.
+type reservation struct {
+	parts [maxParts]part
+	n     int
+}
+
+func (r *reservation) list() []part { return r.parts[:r.n] }
+
+// reserve takes hits tokens at now from the oldest lots, all or none, and
+// reports the tokens that lapsed unused on the way. Spent lots are dropped.
+func (s *slice) reserve(e *entry, hits int64, now time.Time) (reservation, bool, int64) {
+	var r reservation
+	if s.availableIn(maxParts, now) < hits {
+		return r, false, s.prune(now)
 	}
-	var parts []part
 	var lapsed int64
 	want := hits
-	for _, o := range s.lots {
+	for _, o := range s.lots[:min(maxParts, len(s.lots))] {
 		if want == 0 {
 			break
 		}
 		took, l, from := o.take(want, now)
 		lapsed += l
 		if took > 0 {
-			parts = append(parts, part{entry: e, lot: o, from: from, n: took})
+			r.parts[r.n] = part{entry: e, lot: o, from: from, n: took}
+			r.n++
 			want -= took
 		}
 	}
-	return parts, true, lapsed + s.prune(now)
+	return r, true, lapsed + s.prune(now)
 }
 
 // prune drops the lots with nothing usable left at now and returns the

@@ -2,8 +2,6 @@ package allotment
 
 import (
 	"hash/maphash"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,10 +19,10 @@ type entry struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]*entry
+	m  map[sliceKey]*entry
 }
 
-// table is a sharded map of slices by sliceID, bounded in total.
+// table is a sharded map of slices by sliceKey, bounded in total.
 type table struct {
 	seed     maphash.Seed
 	perShard int
@@ -34,36 +32,34 @@ type table struct {
 func newTable(maxSlices int) *table {
 	t := &table{seed: maphash.MakeSeed(), perShard: max((maxSlices+shardCount-1)/shardCount, 1)}
 	for i := range t.shards {
-		t.shards[i].m = make(map[string]*entry)
+		t.shards[i].m = make(map[sliceKey]*entry)
 	}
 	return t
 }
 
-// sliceID identifies a slice by the key and the limit's full identity
+// sliceKey identifies a slice by the key and the limit's full identity
 // (algorithm, requests, period, burst): a limit whose terms changed leases
 // afresh, since its tokens' lapse rules depend on them. The consistency is
-// no part of it, nor of the store's state key.
-func sliceID(key string, l ratelimit.Limit) string {
-	var b strings.Builder
-	b.Grow(len(key) + 40)
-	b.WriteString(strconv.Itoa(len(key)))
-	b.WriteByte(':')
-	b.WriteString(key)
-	b.WriteByte('|')
-	b.WriteString(string(l.Algorithm.OrDefault()))
-	for _, n := range []int64{l.Requests, int64(l.Period), l.Burst} {
-		b.WriteByte('/')
-		b.WriteString(strconv.FormatInt(n, 10))
-	}
-	return b.String()
+// no part of it, nor of the store's state key. A struct, not a string
+// built per call: a map hashes it without allocating.
+type sliceKey struct {
+	key      string
+	alg      ratelimit.Algorithm
+	requests int64
+	period   time.Duration
+	burst    int64
 }
 
-func (t *table) shard(id string) *shard {
-	return &t.shards[maphash.String(t.seed, id)%shardCount]
+func sliceID(key string, l ratelimit.Limit) sliceKey {
+	return sliceKey{key: key, alg: l.Algorithm.OrDefault(), requests: l.Requests, period: l.Period, burst: l.Burst}
+}
+
+func (t *table) shard(id sliceKey) *shard {
+	return &t.shards[(maphash.String(t.seed, id.key)^uint64(id.period))%shardCount]
 }
 
 // lookup returns the entry of id, or nil.
-func (t *table) lookup(id string) *entry {
+func (t *table) lookup(id sliceKey) *entry {
 	sh := t.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -71,7 +67,7 @@ func (t *table) lookup(id string) *entry {
 }
 
 // get returns the entry of id, creating it for l when absent.
-func (t *table) get(id string, l ratelimit.Limit, now time.Time) *entry {
+func (t *table) get(id sliceKey, l ratelimit.Limit, now time.Time) *entry {
 	sh := t.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -113,7 +109,7 @@ func (sh *shard) evict(now time.Time) {
 }
 
 // forget drops the slice of id.
-func (t *table) forget(id string) {
+func (t *table) forget(id sliceKey) {
 	sh := t.shard(id)
 	sh.mu.Lock()
 	delete(sh.m, id)
