@@ -23,8 +23,9 @@
 //
 // sliding_log cannot be leased (ratelimit.Limit.Validate rejects it).
 //
-// Slices are sized from this replica's own recent demand for the key:
-// demand x Options.Horizon tokens, at least 1 (a cold key leases one token
+// Slices are sized from this replica's own recent demand for the key,
+// measured by quota.Meter (the RLQS allocator's meter of a client's demand,
+// sampled at each lease): demand x Options.Horizon tokens, at least 1 (a cold key leases one token
 // in the request's path: what an exact decision costs), at most
 // Options.MaxFraction of the limit (of the burst for gcra). When a slice
 // falls below half its last lease, one lease for the next one starts in the

@@ -57,9 +57,7 @@ func TestHotKeyGrowsSlices(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil, nil, Options{})
 	l := allot(ratelimit.FixedWindow, 1600, time.Second) // max slice 100
-	for range 3 {
-		g.allow(t, "k", 1, l)
-	}
+	g.warm(t, "k", l)
 	var sizes []int64
 	for _, c := range g.rec.taken() {
 		sizes = append(sizes, c.Hits)
@@ -84,13 +82,10 @@ func TestFixedWindowTokensLapseAtWindowEnd(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil, nil, Options{})
 	l := allot(ratelimit.FixedWindow, 1600, time.Second)
-	start := g.clk.Now()
-	end := start.Truncate(time.Second).Add(time.Second)
-	for range 3 {
-		g.allow(t, "k", 1, l)
-	}
+	end := g.clk.Now().Truncate(time.Second).Add(time.Second)
+	g.warm(t, "k", l)
 	g.rec.taken()
-	g.clk.Add(end.Sub(start) - time.Microsecond) // the window's last instant
+	g.clk.Add(end.Sub(g.clk.Now()) - time.Microsecond) // the window's last instant
 	g.allow(t, "k", 1, l)
 	if calls := g.rec.taken(); len(calls) != 0 {
 		t.Fatalf("at the window's last instant: %d leases, want the slice used", len(calls))
@@ -191,9 +186,7 @@ func TestMixedLimitsAllOrNothing(t *testing.T) {
 	g := newRig(t, nil, nil, Options{})
 	al := allot(ratelimit.FixedWindow, 1600, time.Hour)
 	ex := ratelimit.Limit{Requests: 1, Period: time.Hour}
-	for range 3 { // grow the slice
-		g.allow(t, "k", 1, al)
-	}
+	g.warm(t, "k", al)
 	if d := g.allow(t, "k", 1, al, ex); !d.Allowed {
 		t.Fatalf("first: %+v", d)
 	}
@@ -222,9 +215,7 @@ func TestChecksAskTheStore(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil, nil, Options{})
 	l := allot(ratelimit.FixedWindow, 1600, time.Hour)
-	for range 3 {
-		g.allow(t, "k", 1, l)
-	}
+	g.warm(t, "k", l)
 	held := g.s.table.held(sliceID("k", l), g.clk.Now())
 	shared := g.shared(t, "k", l).Remaining
 	g.rec.taken()
@@ -246,9 +237,7 @@ func TestPrefetchSingleFlight(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil, nil, Options{})
 	l := allot(ratelimit.FixedWindow, 160, time.Hour) // max slice 10
-	for range 3 {
-		g.allow(t, "k", 1, l)
-	}
+	g.warm(t, "k", l)
 	g.rec.taken()
 	g.rec.mu.Lock()
 	gate := make(chan struct{})
@@ -316,9 +305,7 @@ func TestResetDropsSlices(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil, nil, Options{})
 	l := allot(ratelimit.FixedWindow, 1600, time.Hour)
-	for range 3 {
-		g.allow(t, "k", 1, l)
-	}
+	g.warm(t, "k", l)
 	if g.s.table.held(sliceID("k", l), g.clk.Now()) == 0 {
 		t.Fatal("no slice to reset")
 	}
@@ -413,9 +400,7 @@ func TestHitsAboveOne(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil, nil, Options{})
 	l := allot(ratelimit.FixedWindow, 160, time.Hour) // max slice 10
-	for range 3 {
-		g.allow(t, "k", 1, l)
-	}
+	g.warm(t, "k", l)
 	g.rec.taken()
 	before := g.s.table.held(sliceID("k", l), g.clk.Now())
 	g.allow(t, "k", 3, l)

@@ -116,7 +116,7 @@ func (s *Store) take(ctx context.Context, key string, l ratelimit.Limit, hits in
 	now := s.now()
 	e := s.table.get(sliceID(key, l), l, now)
 	e.mu.Lock()
-	e.s.noteDemand(hits, now)
+	e.s.noteDemand(hits)
 	for {
 		if res, ok := e.s.remembered(hits, now); ok {
 			e.mu.Unlock()

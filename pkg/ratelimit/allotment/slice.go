@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
 )
 
 // slice is what one replica holds of one limit on one key: its lots, the
@@ -32,12 +33,11 @@ type slice struct {
 	deniedHits  int64
 	// noPrefetchUntil holds prefetches back after one was refused.
 	noPrefetchUntil time.Time
-	// demand is the hits asked since the last lease began (at since), rate
-	// and prevRate the samples of the last two leases (hits per second);
-	// waiting is the hits of requests waiting for the lease in flight.
+	// demand is the hits asked since the last lease began; meter turns it
+	// into hits per second at each lease; waiting is the hits of requests
+	// waiting for the lease in flight.
 	demand, waiting int64
-	since           time.Time
-	rate, prevRate  float64
+	meter           quota.Meter
 }
 
 // available is the tokens usable at now over every lot.
@@ -153,31 +153,31 @@ func reported(l ratelimit.Limit) int64 {
 	return l.Requests
 }
 
-// noteDemand counts hits asked at now.
-func (s *slice) noteDemand(hits int64, now time.Time) {
-	s.demand += hits
-	if s.since.IsZero() {
-		s.since = now
-	}
-}
+// noteDemand counts hits asked.
+func (s *slice) noteDemand(hits int64) { s.demand += hits }
 
-// sample closes the demand sample when a lease begins at now: the rate is
-// the larger of the last two samples, the rule quota.Meter applies to
-// Envoy's reports, without the Meter's one-second minimum span (a lease
-// samples every slice's lifetime, milliseconds for a hot key).
+// sample closes a demand sample when a lease begins at now. quota.Meter,
+// which measures RLQS clients, measures this replica too: the rate is the
+// larger of its last two samples, so a rise shows at once and a spike is
+// forgotten after two leases; its minimum span is one microsecond here (a
+// lease samples a slice's lifetime, milliseconds for a hot key), and its
+// first observation only starts the clock, so a cold key leases one token.
 func (s *slice) sample(now time.Time) {
-	span := now.Sub(s.since)
-	if s.since.IsZero() || span <= 0 {
-		span = time.Microsecond
+	if s.meter.MinSpan == 0 {
+		s.meter.MinSpan = time.Microsecond
 	}
-	s.prevRate, s.rate = s.rate, float64(s.demand)/span.Seconds()
-	s.demand, s.since = 0, now
+	s.meter.Observe(uint64(max(s.demand, 0)), 0, now)
+	s.demand = 0
 }
 
 // size is the next lease's size: the tokens the demand uses in horizon,
 // at least 1, at most max.
 func (s *slice) size(horizon time.Duration, maxN int64) int64 {
-	want := math.Ceil(max(s.rate, s.prevRate) * horizon.Seconds())
+	rate := s.meter.Demand()
+	if rate == quota.Unknown {
+		return 1 // not measured yet: a cold key
+	}
+	want := math.Ceil(rate * horizon.Seconds())
 	if want >= float64(maxN) {
 		return maxN
 	}
