@@ -12,6 +12,7 @@ import (
 	"github.com/extauthz/extauthz/internal/redisclient"
 	idemredis "github.com/extauthz/extauthz/pkg/idempotency/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/allotment"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
 	inflightredis "github.com/extauthz/extauthz/pkg/ratelimit/inflight/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
@@ -66,7 +67,10 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	return &redisBacked{Store: store, client: client, events: events, warm: warm, rewarm: rw}, nil
 }
 
-// redisStack wraps the Redis store in the failure mode and the local cache.
+// redisStack wraps the Redis store in the failure mode, the allotments
+// (limits with consistency: allotment lease slices through the failure
+// mode, so a lease follows it like any decision) and the local cache:
+// overlimit(allotment(failover(redis))).
 func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps, events *redisEvents) (ratelimit.Store, error) {
 	// The store bounds each decision's wait itself (one deadline per round
 	// trip while coalescing), so failover adds no context and timer per
@@ -93,12 +97,16 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 		}
 		return nil, err
 	}
-	if !cfg.LocalCache {
-		return fs, nil
-	}
-	cached, err := overlimit.New(fs, overlimit.Options{Registerer: deps.Registerer, Now: deps.Now})
+	al, err := allotment.New(fs, allotment.Options{Registerer: deps.Registerer, Now: deps.Now, MaxSlices: cfg.MemoryMaxKeys})
 	if err != nil {
 		return nil, errors.Join(err, fs.Close())
+	}
+	if !cfg.LocalCache {
+		return al, nil
+	}
+	cached, err := overlimit.New(al, overlimit.Options{Registerer: deps.Registerer, Now: deps.Now})
+	if err != nil {
+		return nil, errors.Join(err, al.Close())
 	}
 	return cached, nil
 }

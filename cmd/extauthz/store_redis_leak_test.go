@@ -26,7 +26,7 @@ func janitors() int {
 func TestRedisStackErrorClosesWhatItBuilt(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	t.Cleanup(func() { _ = client.Close() })
-	taken := []string{"extauthz_redis_errors_total", "extauthz_ratelimit_local_cache_hits_total"}
+	taken := []string{"extauthz_redis_errors_total", "extauthz_ratelimit_allotment_leases_total", "extauthz_ratelimit_local_cache_hits_total"}
 	for _, name := range taken {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: "taken"}))

@@ -47,7 +47,19 @@ func validateMain(path string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintln(stdout, summary(p))
+	for _, a := range p.Allotments() {
+		fmt.Fprintln(stdout, explainAllotment(a))
+	}
 	return 0
+}
+
+// explainAllotment says in one line what consistency: allotment does to a
+// limit (docs/algorithms.md, "Consistency").
+func explainAllotment(a policy.PlacedLimit) string {
+	l := a.Limit
+	return fmt.Sprintf("allotment: %s: %d per %s (%s): with Redis each replica leases slices of this budget and decides "+
+		"from them locally; the fleet never admits more than the limit and may admit fewer, by at most the slices "+
+		"leased and not used (the memory store decides it exactly)", a.Where, l.Requests, l.Period, l.Algorithm.OrDefault())
 }
 
 // Limits validate checks routes against: gRPC message sizes from the

@@ -16,6 +16,8 @@ type LimitState struct {
 	Requests      int64   `json:"requests"`
 	PeriodSeconds float64 `json:"period_seconds"`
 	Burst         int64   `json:"burst,omitempty"`
+	// Consistency is "allotment" for a leased limit, empty when exact.
+	Consistency string `json:"consistency,omitempty"`
 	// Key is where the state lives (the Redis key with the Redis store).
 	Key              string  `json:"key,omitempty"`
 	Limit            int64   `json:"limit"`
@@ -143,6 +145,9 @@ func (a *API) limitStates(req ratelimit.Request, names []string, results []ratel
 	for i, l := range req.Limits {
 		ls := LimitState{Algorithm: string(l.Algorithm.OrDefault()), Requests: l.Requests,
 			PeriodSeconds: l.Period.Seconds(), Burst: l.Burst}
+		if l.Consistency == ratelimit.Allotment {
+			ls.Consistency = string(l.Consistency)
+		}
 		if i < len(names) {
 			ls.Name = names[i]
 		}

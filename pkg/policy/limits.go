@@ -53,7 +53,7 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 	kvs := map[string]field{} // the fields validated together below
 	for _, kv := range d.fields(f.node, f.path) {
 		switch kv.key {
-		case "unit", "requests_per_unit", "period", "algorithm", "burst":
+		case "unit", "requests_per_unit", "period", "algorithm", "burst", "consistency":
 			kvs[kv.key] = kv
 		case "name":
 			spec.limit.Name = d.str(kv)
@@ -68,7 +68,7 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 		}
 	}
 	if spec.unlimited {
-		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst"} {
+		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst", "consistency"} {
 			if kv, ok := kvs[k]; ok {
 				d.problem(kv.line, kv.path, "must not be set when unlimited is true")
 			}
@@ -122,6 +122,9 @@ func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit, m
 	if burst, ok := kvs["burst"]; ok {
 		d.burst(burst, l)
 	}
+	if c, ok := kvs["consistency"]; ok && !d.consistency(c, l) {
+		return blocked // reported; Validate would repeat it without the field
+	}
 	if l.Period > 0 && l.Requests > 0 {
 		if err := l.Validate(); err != nil {
 			d.problem(f.line, f.path, "%v", err)
@@ -139,6 +142,23 @@ func (d *decoder) burst(f field, l *ratelimit.Limit) {
 	case l.Burst > 0 && l.Algorithm != ratelimit.GCRA:
 		d.problem(f.line, f.path, "applies to the gcra algorithm only, not %s", l.Algorithm)
 	}
+}
+
+// consistency reads `consistency: exact | allotment` into l, reporting an
+// unknown mode and allotment on sliding_log at the field itself.
+func (d *decoder) consistency(f field, l *ratelimit.Limit) bool {
+	l.Consistency = ratelimit.Consistency(strings.ToLower(d.str(f)))
+	switch {
+	case !l.Consistency.Valid() || l.Consistency == "":
+		d.problem(f.line, f.path, "unknown consistency %s (want exact or allotment)", describe(f.node))
+	case l.Consistency == ratelimit.Allotment && l.Algorithm == ratelimit.SlidingLog:
+		d.problem(f.line, f.path, "sliding_log cannot use allotment: its state is each admission's instant, and a leased "+
+			"hit would be counted at the lease's instant, not its use's (use gcra, fixed_window or sliding_window)")
+	default:
+		return true
+	}
+	l.Consistency = ""
+	return false
 }
 
 func (d *decoder) unit(f field) time.Duration {

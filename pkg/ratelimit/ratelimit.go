@@ -60,6 +60,33 @@ func (a Algorithm) OrDefault() Algorithm {
 	return a
 }
 
+// Consistency says how a limit shared by several replicas is decided.
+type Consistency string
+
+// The consistency modes. The zero value means Exact.
+const (
+	// Exact decides every hit on the shared store (one Redis round trip).
+	Exact Consistency = "exact"
+	// Allotment lets a replica lease a slice of a key's budget from the
+	// shared store in one atomic step and decide from it locally (package
+	// allotment): the fleet never admits more than the limit, and may admit
+	// less by at most the slices leased but not used. sliding_log cannot be
+	// leased: its state is each admission's timestamp, and a leased hit
+	// would carry the lease's instant, not its use's.
+	Allotment Consistency = "allotment"
+)
+
+// Valid reports whether c names a supported mode (the empty name is Exact).
+func (c Consistency) Valid() bool { return c == "" || c == Exact || c == Allotment }
+
+// OrDefault returns c, or Exact when c is empty.
+func (c Consistency) OrDefault() Consistency {
+	if c == "" {
+		return Exact
+	}
+	return c
+}
+
 // Limit is one allowance: Requests per Period, decided by Algorithm.
 type Limit struct {
 	// Name labels the limit in headers and metrics; optional.
@@ -74,6 +101,12 @@ type Limit struct {
 	// Burst is, for GCRA only, how many hits may be admitted at once;
 	// zero means Requests. Other algorithms ignore it.
 	Burst int64
+	// Consistency is how replicas share the limit; empty means Exact. It is
+	// no part of the limit's state: a store keeps one state whatever the
+	// mode, so switching a limit between modes keeps its count. Stores that
+	// decide on one shared state treat Allotment as Exact; package
+	// allotment is what leases.
+	Consistency Consistency
 }
 
 // Validate reports what is wrong with l, or nil.
@@ -87,6 +120,11 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: period must be a whole number of milliseconds, at least 1ms, got %s", ErrInvalidLimit, l.Period)
 	case l.Burst < 0:
 		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+	case !l.Consistency.Valid():
+		return fmt.Errorf("%w: unknown consistency %q (want exact or allotment)", ErrInvalidLimit, l.Consistency)
+	case l.Consistency == Allotment && l.Algorithm == SlidingLog:
+		return fmt.Errorf("%w: sliding_log cannot use allotment: its state is each admission's instant, and a leased hit "+
+			"would be counted at the lease's instant, not its use's, so later windows would miss it (use gcra, fixed_window or sliding_window)", ErrInvalidLimit)
 	case l.Algorithm == SlidingLog && l.Requests > MaxSlidingLogRequests:
 		return fmt.Errorf("%w: sliding_log keeps one entry per admitted hit: at most %d requests per period, got %d (use gcra or sliding_window)",
 			ErrInvalidLimit, MaxSlidingLogRequests, l.Requests)
@@ -106,7 +144,8 @@ const MaxSlidingLogRequests = 10_000
 func (l *Limit) valid() bool {
 	return l.Requests >= 1 && l.Burst >= 0 && l.Period >= time.Millisecond &&
 		l.Period%time.Millisecond == 0 && l.Algorithm.Valid() &&
-		(l.Algorithm != SlidingLog || l.Requests <= MaxSlidingLogRequests)
+		(l.Algorithm != SlidingLog || l.Requests <= MaxSlidingLogRequests && l.Consistency != Allotment) &&
+		l.Consistency.Valid()
 }
 
 // Result is the outcome of one limit for one request.

@@ -20,6 +20,7 @@ func TestFrontProxy(t *testing.T) {
 		scenarios []scenario
 	}{
 		{"ratelimit", rateLimitScenarios},
+		{"allotment", allotmentScenarios},
 		{"idempotency", idempotencyScenarios},
 		{"hostile", hostileScenarios},
 		{"large_reply", largeReplyScenarios},

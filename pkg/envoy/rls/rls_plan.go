@@ -154,7 +154,7 @@ func (s *RLS) splitTenant(in []*commonrlv3.RateLimitDescriptor_Entry, strip bool
 
 // overridePlan counts a descriptor under the limit Envoy sent with it
 // instead of the configured ones, with the matched rule's first algorithm
-// (GCRA when no rule matched). As in envoyproxy/ratelimit the override
+// (GCRA when no rule matched) and its consistency. As in envoyproxy/ratelimit the override
 // applies whether or not a rule matched, shadow mode is off, and the
 // descriptor neither replaces nor is replaced. The override is part of the
 // key, so a changed override starts a fresh budget instead of inheriting a
@@ -168,6 +168,7 @@ func overridePlan(rule *policy.Rule, o overrideTerms,
 	if rule != nil {
 		if len(rule.Limits) > 0 {
 			l.Algorithm = rule.Limits[0].Algorithm.OrDefault()
+			l.Consistency = rule.Limits[0].Consistency
 		}
 		name = ruleName(rule)
 	}

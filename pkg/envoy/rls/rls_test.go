@@ -298,7 +298,7 @@ domain: api
 descriptors:
   - key: route
     value: /orders
-    rate_limit: {name: orders, unit: minute, requests_per_unit: 100, algorithm: fixed_window}
+    rate_limit: {name: orders, unit: minute, requests_per_unit: 100, algorithm: fixed_window, consistency: allotment}
   - key: route
     value: /shadowed
     shadow_mode: true
@@ -328,8 +328,8 @@ descriptors:
 			wantHeader(t, resp, "Retry-After", "5") // the rule's fixed_window algorithm
 		}
 	}
-	if alg := e.store.Calls()[0][0].Limits[0].Algorithm; alg != ratelimit.FixedWindow {
-		t.Errorf("override algorithm = %s, want the rule's fixed_window", alg)
+	if l := e.store.Calls()[0][0].Limits[0]; l.Algorithm != ratelimit.FixedWindow || l.Consistency != ratelimit.Allotment {
+		t.Errorf("override algorithm %s, consistency %q; want the rule's fixed_window and allotment", l.Algorithm, l.Consistency)
 	}
 	// A changed override is a different budget.
 	changed := envoytest.Request("api", override(3, typev3.RateLimitUnit_SECOND, 10, "route", "/orders"))

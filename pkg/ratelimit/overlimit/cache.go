@@ -41,7 +41,9 @@ func newCache(maxKeys int) *cache {
 }
 
 // entryID identifies a request by its key and each limit's full identity.
-// The key is length-prefixed so that no key can run into the limits.
+// The key is length-prefixed so that no key can run into the limits. A
+// limit's Consistency is no part of it: exact and allotment decide on one
+// shared state, so a denial remembered in one mode bounds the other too.
 func entryID(r ratelimit.Request) string {
 	var b strings.Builder
 	b.Grow(len(r.Key) + 24*len(r.Limits) + 8)

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"cmp"
 	"math"
 	"time"
 )
@@ -33,6 +34,10 @@ const MinSpan = time.Second
 // report boundary splits its traffic unevenly, and forgets a spike (or a
 // client gone quiet) after two reports: the same horizon as the store's TTL.
 type Meter struct {
+	// MinSpan is the shortest span of a sample; zero means the package's
+	// MinSpan (Envoy's reports). Package allotment samples every lease.
+	MinSpan time.Duration
+
 	last       time.Time // end of the span measured so far
 	pending    uint64    // requests counted since last
 	prev, cur  float64   // the last two samples
@@ -50,7 +55,7 @@ func (m *Meter) Observe(allowed, denied uint64, now time.Time) float64 {
 	}
 	m.pending = addSat(m.pending, addSat(allowed, denied))
 	span := now.Sub(m.last)
-	if span < MinSpan {
+	if span < cmp.Or(m.MinSpan, MinSpan) {
 		return m.Demand()
 	}
 	m.prev, m.cur = m.cur, float64(m.pending)/span.Seconds()

@@ -63,3 +63,20 @@ func TestMeter(t *testing.T) {
 		})
 	}
 }
+
+// TestMeterMinSpan: a Meter with its own MinSpan samples spans that short
+// (package allotment samples every lease, milliseconds apart).
+func TestMeterMinSpan(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := Meter{MinSpan: time.Microsecond}
+	m.Observe(0, 0, t0)
+	if got := m.Observe(50, 0, t0.Add(10*time.Millisecond)); got != 5000 {
+		t.Errorf("50 over 10ms: demand %v, want 5000/s", got)
+	}
+	var d Meter // the default still waits for a whole MinSpan
+	d.Observe(0, 0, t0)
+	if got := d.Observe(50, 0, t0.Add(10*time.Millisecond)); got != Unknown {
+		t.Errorf("default MinSpan: demand %v after 10ms, want Unknown", got)
+	}
+}

@@ -1,0 +1,211 @@
+package allotment
+
+import (
+	"context"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// taken is the outcome of one allotment limit of a request.
+type taken struct {
+	res     ratelimit.Result
+	parts   reservation // tokens reserved, to give back if the request is denied
+	ok      bool
+	primary bool
+}
+
+// decide decides one request with at least one allotment limit and Hits > 0:
+// all its limits admit and are charged, or none is.
+func (s *Store) decide(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, bool, error) {
+	d := ratelimit.Decision{Results: make([]ratelimit.Result, len(r.Limits))}
+	var held []part
+	var exact []int
+	primary := true
+	for i, l := range r.Limits {
+		if l.Consistency != ratelimit.Allotment {
+			exact = append(exact, i)
+			continue
+		}
+		t, err := s.take(ctx, r.Key, l, r.Hits)
+		if err != nil {
+			s.giveBack(held)
+			return d, false, err
+		}
+		d.Results[i], primary = t.res, primary && t.primary
+		if !t.ok {
+			s.giveBack(held)
+			p, err := s.fillDenied(ctx, r, i, exact, d.Results)
+			return d, primary && p, err
+		}
+		if len(r.Limits) > 1 { // one limit has nothing to give back
+			held = append(held, t.parts.list()...)
+		}
+	}
+	if len(exact) == 0 {
+		d.Allowed = true
+		return d, primary, nil
+	}
+	sub := ratelimit.Request{Key: r.Key, Limits: pick(r.Limits, exact), Hits: r.Hits}
+	got, p, err := s.askInner(ctx, []ratelimit.Request{sub})
+	if err != nil {
+		s.giveBack(held)
+		return d, false, err
+	}
+	for k, i := range exact {
+		d.Results[i] = got[0].Results[k]
+	}
+	if d.Allowed = got[0].Allowed; !d.Allowed {
+		s.giveBack(held)
+	}
+	return d, primary && p, nil
+}
+
+// fillDenied completes the Results of a request whose allotment limit
+// denied gets its Results completed without charging anything: the
+// allotment limits after it from their slices, its exact limits (those
+// before it in exact, and those after) by one check on the inner store.
+func (s *Store) fillDenied(ctx context.Context, r ratelimit.Request, denied int, exact []int, out []ratelimit.Result) (bool, error) {
+	now := s.now()
+	for i := denied + 1; i < len(r.Limits); i++ {
+		l := r.Limits[i]
+		if l.Consistency != ratelimit.Allotment {
+			exact = append(exact, i)
+			continue
+		}
+		held := s.table.held(sliceID(r.Key, l), now)
+		out[i] = ratelimit.Result{Allowed: held >= r.Hits, Limit: reported(l), Remaining: held}
+	}
+	if len(exact) == 0 {
+		return true, nil
+	}
+	check := ratelimit.Request{Key: r.Key, Limits: pick(r.Limits, exact), Hits: 0}
+	got, primary, err := s.askInner(ctx, []ratelimit.Request{check})
+	if err != nil {
+		return false, err
+	}
+	for k, i := range exact {
+		out[i] = got[0].Results[k]
+	}
+	return primary, nil
+}
+
+func pick(ls []ratelimit.Limit, at []int) []ratelimit.Limit {
+	out := make([]ratelimit.Limit, len(at))
+	for k, i := range at {
+		out[k] = ls[i]
+	}
+	return out
+}
+
+// giveBack returns reserved tokens to their slices (not to the store).
+func (s *Store) giveBack(parts []part) {
+	now := s.now()
+	for _, p := range parts {
+		p.entry.mu.Lock()
+		if !p.lot.giveBack(p.from, p.n, now) {
+			s.m.lapsedAdd(p.entry.s.limit, p.n)
+		}
+		p.entry.mu.Unlock()
+	}
+}
+
+// take reserves hits tokens of l on key: from the slice when it holds
+// enough, else after the lease in flight, else by leasing now.
+func (s *Store) take(ctx context.Context, key string, l ratelimit.Limit, hits int64) (taken, error) {
+	now := s.now()
+	e := s.table.get(sliceID(key, l), l, now)
+	e.mu.Lock()
+	e.s.noteDemand(hits)
+	for {
+		if res, ok := e.s.remembered(hits, now); ok {
+			e.mu.Unlock()
+			s.m.decided(sourceLocal)
+			return taken{res: res, primary: true}, nil
+		}
+		parts, ok, lapsed := e.s.reserve(e, hits, now)
+		s.m.lapsedAdd(l, lapsed)
+		if ok {
+			t := taken{res: e.s.result(true, now), parts: parts, ok: true, primary: e.s.primary}
+			s.maybePrefetch(e, key, now)
+			e.mu.Unlock()
+			s.m.decided(sourceLocal)
+			return t, nil
+		}
+		if e.s.leasing == nil {
+			return s.leaseNow(ctx, e, key, l, hits, now) // unlocks e
+		}
+		if err := e.wait(ctx, hits); err != nil {
+			return taken{}, err
+		}
+		now = s.now()
+	}
+}
+
+// wait waits, unlocked, for the lease in flight on e; it returns locked.
+func (e *entry) wait(ctx context.Context, hits int64) error {
+	ch := e.s.leasing
+	e.s.waiting += hits
+	e.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	e.mu.Lock()
+	e.s.waiting -= hits
+	if err != nil {
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// leaseNow leases in the request's path: enough for the demand and for the
+// requests waiting, at least hits. The request that caused it arrived
+// before the lease was sent, so it may use the first tokens whatever their
+// slot. Called with e locked; returns with it unlocked.
+func (s *Store) leaseNow(ctx context.Context, e *entry, key string, l ratelimit.Limit, hits int64, now time.Time) (taken, error) {
+	maxN := s.maxSlice(l)
+	n := max(hits, min(max(e.s.size(s.horizon, maxN), hits+e.s.waiting), maxN))
+	e.s.sample(now)
+	done := make(chan struct{})
+	e.s.leasing = done
+	e.mu.Unlock()
+
+	g, err := s.lease(ctx, key, l, n, hits)
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.s.leasing == done {
+		e.s.leasing = nil
+	}
+	close(done)
+	s.m.decided(sourceStore)
+	if err != nil {
+		return taken{}, err
+	}
+	now = s.now()
+	if g.n == 0 {
+		e.s.refuse(g, hits)
+		g.res.Remaining += e.s.available(now)
+		return taken{res: g.res, primary: g.primary}, nil
+	}
+	o := e.s.install(l, g)
+	o.used = hits
+	s.m.lease(l, "sync")
+	t := taken{res: e.s.result(true, now), ok: true, primary: g.primary}
+	t.parts.parts[0], t.parts.n = part{entry: e, lot: o, n: hits}, 1
+	return t, nil
+}
+
+// held is the tokens the slice of id holds usable at now; 0 without one.
+func (t *table) held(id sliceKey, now time.Time) int64 {
+	e := t.lookup(id)
+	if e == nil {
+		return 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.s.available(now)
+}

@@ -1,0 +1,128 @@
+package allotment
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+const shardCount = 32
+
+// entry holds one slice under its own lock, so that requests for different
+// keys never wait for each other.
+type entry struct {
+	mu sync.Mutex
+	s  slice
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[sliceKey]*entry
+}
+
+// table is a sharded map of slices by sliceKey, bounded in total.
+type table struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [shardCount]shard
+}
+
+func newTable(maxSlices int) *table {
+	t := &table{seed: maphash.MakeSeed(), perShard: max((maxSlices+shardCount-1)/shardCount, 1)}
+	for i := range t.shards {
+		t.shards[i].m = make(map[sliceKey]*entry)
+	}
+	return t
+}
+
+// sliceKey identifies a slice by the key and the limit's full identity
+// (algorithm, requests, period, burst): a limit whose terms changed leases
+// afresh, since its tokens' lapse rules depend on them. The consistency is
+// no part of it, nor of the store's state key. A struct, not a string
+// built per call: a map hashes it without allocating.
+type sliceKey struct {
+	key      string
+	alg      ratelimit.Algorithm
+	requests int64
+	period   time.Duration
+	burst    int64
+}
+
+func sliceID(key string, l ratelimit.Limit) sliceKey {
+	return sliceKey{key: key, alg: l.Algorithm.OrDefault(), requests: l.Requests, period: l.Period, burst: l.Burst}
+}
+
+func (t *table) shard(id sliceKey) *shard {
+	return &t.shards[(maphash.String(t.seed, id.key)^uint64(id.period))%shardCount]
+}
+
+// lookup returns the entry of id, or nil.
+func (t *table) lookup(id sliceKey) *entry {
+	sh := t.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[id]
+}
+
+// get returns the entry of id, creating it for l when absent.
+func (t *table) get(id sliceKey, l ratelimit.Limit, now time.Time) *entry {
+	sh := t.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[id]; e != nil {
+		return e
+	}
+	if len(sh.m) >= t.perShard {
+		sh.evict(now)
+	}
+	e := &entry{s: slice{limit: l, primary: true}}
+	sh.m[id] = e
+	return e
+}
+
+// evict drops the idle slices (nothing usable, no lease in flight, no
+// denial in force) or, when none is idle, a sixteenth of the shard: their
+// tokens are lost, which only admits less.
+func (sh *shard) evict(now time.Time) {
+	n := len(sh.m)
+	for id, e := range sh.m {
+		if e.mu.TryLock() {
+			idle := e.s.leasing == nil && e.s.available(now) == 0 && !now.Before(e.s.deniedUntil)
+			e.mu.Unlock()
+			if idle {
+				delete(sh.m, id)
+			}
+		}
+	}
+	if len(sh.m) < n {
+		return
+	}
+	drop := n/16 + 1
+	for id := range sh.m {
+		delete(sh.m, id)
+		if drop--; drop == 0 {
+			return
+		}
+	}
+}
+
+// forget drops the slice of id.
+func (t *table) forget(id sliceKey) {
+	sh := t.shard(id)
+	sh.mu.Lock()
+	delete(sh.m, id)
+	sh.mu.Unlock()
+}
+
+func (t *table) len() int {
+	n := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
