@@ -488,3 +488,28 @@ func TestSwitchingModesKeepsTheCount(t *testing.T) {
 		}
 	}
 }
+
+// TestGCRALeaseCoversTheHorizon: a gcra key far below a high limit (T =
+// 1µs, one request a millisecond). Its tokens may be used only until their
+// slots, 1µs apart from now, so leases sized by demand alone (50 tokens in
+// a 50ms horizon) would lapse before the next request and cost a round trip
+// each; a lease covering the horizon in slot time lasts the horizon.
+func TestGCRALeaseCoversTheHorizon(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil, nil, Options{})
+	l := allot(ratelimit.GCRA, 1_000_000, time.Second) // T = 1µs, max slice 62,500
+	for range 3 {                                      // demand: one request a millisecond
+		g.allow(t, "k", 1, l)
+		g.clk.Add(time.Millisecond)
+	}
+	g.rec.taken()
+	for range 40 {
+		if d := g.allow(t, "k", 1, l); !d.Allowed {
+			t.Fatalf("refused %+v far below the limit", d)
+		}
+		g.clk.Add(time.Millisecond)
+	}
+	if calls := g.rec.taken(); len(calls) > 2 {
+		t.Errorf("40 requests over 40ms asked the store %d times, want at most 2 (one horizon's lease and its prefetch)", len(calls))
+	}
+}

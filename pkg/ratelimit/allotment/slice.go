@@ -171,13 +171,25 @@ func (s *slice) sample(now time.Time) {
 }
 
 // size is the next lease's size: the tokens the demand uses in horizon,
-// at least 1, at most max.
+// at least 1, at most maxN. A gcra lease also covers the horizon in slot
+// time once the key has demand: its tokens may be used only until their
+// slots (lot.go), which a bucket that is not drained puts at now, now+T,
+// ...; a lease of demand x horizon tokens would then span demand x
+// horizon x T, microseconds for a key far below a high limit, and lapse
+// before the next request came, costing a round trip per request. Covering
+// the horizon charges the key's rate for it: the tokens nobody uses lapse
+// at their slots, which is the refill a full bucket would have capped
+// anyway, and the bucket holds at most the slices outstanding fewer tokens
+// (docs/algorithms.md, "Consistency").
 func (s *slice) size(horizon time.Duration, maxN int64) int64 {
 	rate := s.meter.Demand()
 	if rate == quota.Unknown {
 		return 1 // not measured yet: a cold key
 	}
 	want := math.Ceil(rate * horizon.Seconds())
+	if s.limit.Algorithm.OrDefault() == ratelimit.GCRA && rate > 0 {
+		want = max(want, math.Ceil(float64(horizon)/float64(emission(s.limit))))
+	}
 	if want >= float64(maxN) {
 		return maxN
 	}
