@@ -61,10 +61,10 @@ func (s *Store) decide(ctx context.Context, r ratelimit.Request) (ratelimit.Deci
 	return d, primary && p, nil
 }
 
-// fillDenied completes the Results of a request whose allotment limit
-// denied gets its Results completed without charging anything: the
-// allotment limits after it from their slices, its exact limits (those
-// before it in exact, and those after) by one check on the inner store.
+// fillDenied completes, without charging anything, the Results of a
+// request that its allotment limit at index denied refused: the allotment
+// limits after it from their slices, its exact limits (those before it in
+// exact, and those after) by one check on the inner store.
 func (s *Store) fillDenied(ctx context.Context, r ratelimit.Request, denied int, exact []int, out []ratelimit.Result) (bool, error) {
 	now := s.now()
 	for i := denied + 1; i < len(r.Limits); i++ {
