@@ -513,3 +513,21 @@ func TestGCRALeaseCoversTheHorizon(t *testing.T) {
 		t.Errorf("40 requests over 40ms asked the store %d times, want at most 2 (one horizon's lease and its prefetch)", len(calls))
 	}
 }
+
+// TestGCRAColdKeyLeasesOneAtATime: a gcra key with less than one request
+// per horizon (one a second) leases one token each time, as exact costs: a
+// lease covering the horizon would lapse unused and only count as lapsed.
+func TestGCRAColdKeyLeasesOneAtATime(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil, nil, Options{})
+	l := allot(ratelimit.GCRA, 1_000_000, time.Second)
+	for range 5 {
+		g.allow(t, "k", 1, l)
+		g.clk.Add(time.Second)
+	}
+	for _, c := range g.rec.taken() {
+		if c.Hits != 1 {
+			t.Errorf("a key at one request a second leased %d tokens, want 1", c.Hits)
+		}
+	}
+}

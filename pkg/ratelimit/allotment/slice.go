@@ -172,9 +172,10 @@ func (s *slice) sample(now time.Time) {
 
 // size is the next lease's size: the tokens the demand uses in horizon,
 // at least 1, at most maxN. A gcra lease also covers the horizon in slot
-// time once the key has demand: its tokens may be used only until their
-// slots (lot.go), which a bucket that is not drained puts at now, now+T,
-// ...; a lease of demand x horizon tokens would then span demand x
+// time once the key's demand expects a request within the horizon (a
+// colder key leases what its demand uses, one token): its tokens may be
+// used only until their slots (lot.go), which a bucket that is not drained
+// puts at now, now+T, ...; a lease of demand x horizon tokens would then span demand x
 // horizon x T, microseconds for a key far below a high limit, and lapse
 // before the next request came, costing a round trip per request. Covering
 // the horizon charges the key's rate for it: the tokens nobody uses lapse
@@ -186,8 +187,9 @@ func (s *slice) size(horizon time.Duration, maxN int64) int64 {
 	if rate == quota.Unknown {
 		return 1 // not measured yet: a cold key
 	}
-	want := math.Ceil(rate * horizon.Seconds())
-	if s.limit.Algorithm.OrDefault() == ratelimit.GCRA && rate > 0 {
+	expected := rate * horizon.Seconds() // requests expected within the horizon
+	want := math.Ceil(expected)
+	if s.limit.Algorithm.OrDefault() == ratelimit.GCRA && expected >= 1 {
 		want = max(want, math.Ceil(float64(horizon)/float64(emission(s.limit))))
 	}
 	if want >= float64(maxN) {
