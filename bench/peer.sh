@@ -155,7 +155,11 @@ start_extauthz xa "$work/extauthz" "${redis_env[@]}" EXTAUTHZ_REDIS_MAX_BATCH="$
 start_extauthz xamem "$work/extauthz"
 services=(peer xa xamem)
 if [ -n "$BASELINE" ]; then
-	start_extauthz base "$work/extauthz-base" "${redis_env[@]}"
+	# A baseline may predate consistency: allotment; give it the policy
+	# without those domains.
+	cp -r "$work/policy" "$work/policy-base"
+	rm -f "$work/policy-base"/bench_allot*.yaml
+	start_extauthz base "$work/extauthz-base" "${redis_env[@]}" EXTAUTHZ_CONFIG="$work/policy-base"
 	services+=(base)
 fi
 # The gcra and allotment services are other domains of the xa process.
