@@ -54,9 +54,9 @@ func TestAllotmentUnderLoad(t *testing.T) {
 		"EXTAUTHZ_REDIS_CALL_TIMEOUT=200ms", "EXTAUTHZ_REDIS_READ_TIMEOUT=200ms", "EXTAUTHZ_REDIS_WRITE_TIMEOUT=200ms",
 	}})
 	before := s.allotmentMetrics(t)
-	fallbackBefore := s.replicaMetric(t, "extauthz_redis_fallback_decisions_total")
+	fallbackBefore := s.replicaCounter(t, "extauthz_redis_fallback_decisions_total", "")
 	t.Cleanup(func() {
-		for i, n := range s.replicaMetric(t, "extauthz_redis_fallback_decisions_total") {
+		for i, n := range s.replicaCounter(t, "extauthz_redis_fallback_decisions_total", "") {
 			if n != fallbackBefore[i] {
 				t.Errorf("%s decided %v requests without Redis (calls timed out: machine too loaded); the counts above are not Redis's", s.replicas[i].name, n-fallbackBefore[i])
 			}

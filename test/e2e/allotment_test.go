@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,7 +20,7 @@ var allotmentScenarios = []scenario{
 // replicas' allotment metrics prove the limit was leased, not decided
 // exactly.
 func testAllotmentLikeExact(t *testing.T, s *stack) {
-	before := s.replicaMetric(t, "extauthz_ratelimit_allotment_tokens_leased_total")
+	before := s.replicaCounter(t, "extauthz_ratelimit_allotment_tokens_leased_total", "")
 	exact, allot := uniq("tex"), uniq("tal")
 	for i := 1; i <= 7; i++ {
 		want := s.do(t, tenantGet("/limited/x", exact))
@@ -43,7 +42,7 @@ func testAllotmentLikeExact(t *testing.T, s *stack) {
 	if n := s.up.Executions(allot, ""); n != 5 {
 		t.Errorf("upstream executed %d allotment requests, want 5", n)
 	}
-	after := s.replicaMetric(t, "extauthz_ratelimit_allotment_tokens_leased_total")
+	after := s.replicaCounter(t, "extauthz_ratelimit_allotment_tokens_leased_total", "")
 	leased := 0.0
 	for i := range after {
 		leased += after[i] - before[i]
@@ -64,31 +63,4 @@ func fields(v string) string {
 		}
 	}
 	return strings.Join(keep, ";")
-}
-
-// replicaMetric sums every series of a metric per replica.
-func (s *stack) replicaMetric(t *testing.T, name string) []float64 {
-	t.Helper()
-	var out []float64
-	for _, r := range s.replicas {
-		resp, err := probeClient.Get("http://" + r.httpAddr + "/metrics")
-		if err != nil {
-			t.Fatalf("%s metrics: %v", r.name, err)
-		}
-		sum := 0.0
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-				continue
-			}
-			if f := strings.Fields(line); len(f) == 2 {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				sum += v
-			}
-		}
-		resp.Body.Close()
-		out = append(out, sum)
-	}
-	return out
 }

@@ -153,31 +153,41 @@ func (s *stack) replicaDecisions(t *testing.T, api string) []float64 {
 }
 
 // replicaCounter sums, per replica, the samples of metric whose labels
-// contain label.
+// contain label ("" for every sample).
 func (s *stack) replicaCounter(t *testing.T, metric, label string) []float64 {
 	t.Helper()
 	var out []float64
 	for _, r := range s.replicas {
-		resp, err := probeClient.Get("http://" + r.httpAddr + "/metrics")
-		if err != nil {
-			t.Fatalf("%s metrics: %v", r.name, err)
-		}
-		sum := 0.0
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			if !strings.HasPrefix(line, metric+"{") || !strings.Contains(line, label) {
-				continue
-			}
-			if f := strings.Fields(line); len(f) == 2 {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				sum += v
-			}
-		}
-		resp.Body.Close()
-		out = append(out, sum)
+		out = append(out, replicaMetricWith(t, r, metric, label))
 	}
 	return out
+}
+
+// replicaMetric sums every sample of metric on r.
+func replicaMetric(t *testing.T, r *replica, name string) float64 {
+	t.Helper()
+	return replicaMetricWith(t, r, name, "")
+}
+
+// replicaMetricWith sums the samples of metric on r whose labels contain
+// label ("" for every sample).
+func replicaMetricWith(t *testing.T, r *replica, name, label string) float64 {
+	t.Helper()
+	resp, err := probeClient.Get("http://" + r.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("%s metrics: %v", r.name, err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && (f[0] == name || strings.HasPrefix(f[0], name+"{")) && strings.Contains(f[0], label) {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			sum += v
+		}
+	}
+	return sum
 }
 
 // wantField fails unless header name contains sub.

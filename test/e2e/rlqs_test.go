@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -187,26 +185,6 @@ func checkMessagesPerInterval(t *testing.T, s *stack, envoys []*envoyProc, loads
 	if reports > float64(len(envoys))*(intervals+2) || reports < float64(len(envoys))*(intervals-1) {
 		t.Errorf("%.0f usage reports from %d Envoys in %.1f intervals; want about one per Envoy and interval", reports, len(envoys), intervals)
 	}
-}
-
-// replicaMetric sums the samples of one metric family on a replica.
-func replicaMetric(t *testing.T, r *replica, name string) float64 {
-	t.Helper()
-	resp, err := probeClient.Get("http://" + r.httpAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("%s metrics: %v", r.name, err)
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && (f[0] == name || strings.HasPrefix(f[0], name+"{")) {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			sum += v
-		}
-	}
-	return sum
 }
 
 // offered is one Envoy's offered load: rps requests per second for one
