@@ -13,7 +13,9 @@
 # Usage: bench/profile.sh
 #        REF=dbd963e bench/profile.sh EXTAUTHZ_REDIS_MAX_BATCH=1
 # Variables (defaults): CONC (64), SECONDS_PROFILED (8), KEYS (10000),
-#   OUT (a file under /tmp; the raw profile, for `go tool pprof`).
+#   OUT (a file under /tmp; the raw profile, for `go tool pprof`),
+#   KIND (cpu; or allocs: the allocations made while the load ran, by
+#   function, with the allocations per decision).
 # Needs: go, redis-server, redis-cli, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,8 @@ CONC=${CONC:-64}
 SECONDS_PROFILED=${SECONDS_PROFILED:-8}
 KEYS=${KEYS:-10000}
 REF=${REF:-}
+KIND=${KIND:-cpu}
+case $KIND in cpu | allocs) ;; *) echo "KIND is cpu or allocs, not $KIND" >&2; exit 2 ;; esac
 
 . bench/lib.sh # work, pids, cleanup, freeport
 
@@ -33,7 +37,7 @@ else
 	go build -o "$work/extauthz" ./cmd/extauthz
 fi
 go build -o "$work/extauthz-load" ./cmd/extauthz-load
-OUT=${OUT:-/tmp/extauthz-cpu-${REF:-tree}-$CONC.pprof}
+OUT=${OUT:-/tmp/extauthz-$KIND-${REF:-tree}-$CONC.pprof}
 
 start_redis
 
@@ -54,12 +58,25 @@ load=(-addr "127.0.0.1:$gport" -domain bench -key user -keys "$KEYS" -concurrenc
 "$work/extauthz-load" "${load[@]}" -duration "$((SECONDS_PROFILED + 2))s" >"$work/load.txt" &
 loadpid=$!
 sleep 1
-curl -fsS -o "$OUT" "http://127.0.0.1:$dport/debug/pprof/profile?seconds=$SECONDS_PROFILED"
+endpoint=profile
+[ "$KIND" = allocs ] && endpoint=allocs # a delta over the seconds given
+curl -fsS -o "$OUT" "http://127.0.0.1:$dport/debug/pprof/$endpoint?seconds=$SECONDS_PROFILED"
 wait "$loadpid"
 
 echo "extauthz ${REF:-working tree} $*; concurrency $CONC; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$work/load.txt"
 echo
+if [ "$KIND" = allocs ]; then
+	# The load ran SECONDS_PROFILED + 2 s and the profile covers
+	# SECONDS_PROFILED of it: decisions in the profile ~ rps x seconds.
+	rps=$(sed -n 's/.* rps=\([0-9]*\).*/\1/p' "$work/load.txt")
+	echo "Allocations by function (flat), and per decision at $rps decisions/s over ${SECONDS_PROFILED}s:"
+	go tool pprof -sample_index=alloc_objects -top -nodecount=40 "$work/extauthz" "$OUT" 2>/dev/null |
+		awk -v d="$((rps * SECONDS_PROFILED))" '/flat%/ {print "per-decision " $0; p=1; next} p {printf "%12.2f %s\n", $1/d, $0}'
+	echo
+	echo "profile: $OUT (go tool pprof -sample_index=alloc_objects -http=: $OUT)"
+	exit 0
+fi
 echo "Share of CPU time by area (a sample counts for every area on its stack):"
 go tool pprof -traces "$OUT" 2>/dev/null | python3 bench/profile_areas.py
 echo
