@@ -15,7 +15,9 @@
 # Variables (defaults): CONC (64), SECONDS_PROFILED (8), KEYS (10000),
 #   OUT (a file under /tmp; the raw profile, for `go tool pprof`),
 #   KIND (cpu; or allocs: the allocations made while the load ran, by
-#   function, with the allocations per decision).
+#   function, with the allocations per decision), CONSISTENCY (exact; or
+#   allotment: the limit decided from leased slices), STORE (redis; or
+#   memory: the in-process store, no Redis).
 # Needs: go, redis-server, redis-cli, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,10 @@ KEYS=${KEYS:-10000}
 REF=${REF:-}
 KIND=${KIND:-cpu}
 case $KIND in cpu | allocs) ;; *) echo "KIND is cpu or allocs, not $KIND" >&2; exit 2 ;; esac
+CONSISTENCY=${CONSISTENCY:-exact}
+case $CONSISTENCY in exact | allotment) ;; *) echo "CONSISTENCY is exact or allotment, not $CONSISTENCY" >&2; exit 2 ;; esac
+STORE=${STORE:-redis}
+case $STORE in redis | memory) ;; *) echo "STORE is redis or memory, not $STORE" >&2; exit 2 ;; esac
 
 . bench/lib.sh # work, pids, cleanup, freeport
 
@@ -39,16 +45,24 @@ fi
 go build -o "$work/extauthz-load" ./cmd/extauthz-load
 OUT=${OUT:-/tmp/extauthz-$KIND-${REF:-tree}-$CONC.pprof}
 
-start_redis
+store=()
+if [ "$STORE" = redis ]; then
+	start_redis
+	store=(EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport")
+fi
 
 write_bench_policy "$work/policy"
+if [ "$CONSISTENCY" = allotment ]; then
+	sed -i 's/algorithm: fixed_window}/algorithm: fixed_window, consistency: allotment}/' "$work/policy/bench.yaml"
+	grep -q 'consistency: allotment' "$work/policy/bench.yaml"
+fi
 
 gport=$(freeport)
 hport=$(freeport)
 dport=$(freeport)
 env EXTAUTHZ_GRPC_ADDR="127.0.0.1:$gport" EXTAUTHZ_HTTP_ADDR="127.0.0.1:$hport" \
 	EXTAUTHZ_DEBUG_ADDR="127.0.0.1:$dport" EXTAUTHZ_CONFIG="$work/policy" \
-	EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport" EXTAUTHZ_LOG_LEVEL=warn "$@" \
+	"${store[@]}" EXTAUTHZ_LOG_LEVEL=warn "$@" \
 	"$work/extauthz" 2>"$work/extauthz.log" &
 pids+=($!)
 for _ in $(seq 150); do curl -fsS "http://127.0.0.1:$hport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -63,7 +77,7 @@ endpoint=profile
 curl -fsS -o "$OUT" "http://127.0.0.1:$dport/debug/pprof/$endpoint?seconds=$SECONDS_PROFILED"
 wait "$loadpid"
 
-echo "extauthz ${REF:-working tree} $*; concurrency $CONC; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "extauthz ${REF:-working tree} $*; $STORE store, $CONSISTENCY, $KEYS keys; concurrency $CONC; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$work/load.txt"
 echo
 if [ "$KIND" = allocs ]; then
