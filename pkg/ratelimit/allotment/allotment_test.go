@@ -30,27 +30,6 @@ func TestExactPassesThrough(t *testing.T) {
 	}
 }
 
-// TestColdKeyLeasesOne: a key's first request leases one token in its path
-// and is answered as an exact decision would be.
-func TestColdKeyLeasesOne(t *testing.T) {
-	t.Parallel()
-	for _, alg := range leasable {
-		g := newRig(t, nil, nil, Options{})
-		l := allot(alg, 100, time.Second)
-		d := g.allow(t, "k", 1, l)
-		calls := g.rec.taken()
-		if len(calls) != 1 || calls[0].Hits != 1 {
-			t.Errorf("%s: inner saw %+v, want one lease of 1", alg, calls)
-		}
-		if r := d.Results[0]; !d.Allowed || r.Remaining != 99 || r.Limit != 100 {
-			t.Errorf("%s: %+v, want allowed with 99 remaining, as exact", alg, d)
-		}
-		if got := g.shared(t, "k", l).Remaining; got != 99 {
-			t.Errorf("%s: the shared count has %d remaining, want 99", alg, got)
-		}
-	}
-}
-
 // TestHotKeyGrowsSlices: a burst of demand at one instant grows the lease to
 // the maximum slice, and the next requests are local.
 func TestHotKeyGrowsSlices(t *testing.T) {
