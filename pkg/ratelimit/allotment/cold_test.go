@@ -88,12 +88,18 @@ func TestQuietSliceGoesCold(t *testing.T) {
 	if calls := g.rec.taken(); len(calls) != 0 {
 		t.Errorf("a slice holding tokens after a silence: %+v asked, want a local decision", calls)
 	}
+	stale := g.s.table.lookup(sliceID("empty", l))
 	d := g.allow(t, "empty", 2, l)
 	if g.s.table.lookup(sliceID("empty", l)) != nil {
 		t.Error("an empty slice after a silence was kept")
 	}
 	if calls := g.rec.taken(); !d.Allowed || len(calls) != 1 || calls[0].Hits != 2 || d.Results[0].Remaining != 1600-4 {
 		t.Errorf("%+v after %+v, want one exact call of the 2 hits, %d remaining", d, calls, 1600-4)
+	}
+	// A request that found the slice before it was dropped leases nothing
+	// into it (its tokens would be lost with it).
+	if tk, err := g.s.take(g.ctx, stale, "empty", l, 1); err != nil || !tk.cold {
+		t.Errorf("a dropped slice: %+v, %v; want the key cold", tk, err)
 	}
 }
 
@@ -126,15 +132,24 @@ func TestMixedColdAndExactLimits(t *testing.T) {
 	if got := g.s.table.held(sliceID("k", warm), g.clk.Now()); got != held {
 		t.Errorf("warm slice held %d before, %d after a denied request; want its token back", held, got)
 	}
-	g.allow(t, "j", 5, exactOf(cold)) // the cold limit exhausted
+	g.allow(t, "k", 4, exactOf(cold)) // the cold limit exhausted
+	g.clk.Add(time.Second)
+	held = g.s.table.held(sliceID("k", warm), g.clk.Now())
+	if d := g.allow(t, "k", 1, warm, cold); d.Allowed || d.Results[1].Allowed {
+		t.Fatalf("third: %+v, want denied by the cold limit", d)
+	}
+	if got := g.s.table.held(sliceID("k", warm), g.clk.Now()); got != held {
+		t.Errorf("warm slice held %d before, %d after a request the cold limit denied; want its token back", held, got)
+	}
+	g.allow(t, "j", 5, exactOf(cold))
 	g.clk.Add(time.Second)
 	if d := g.allow(t, "j", 1, cold, exactOf(warm)); d.Allowed || d.Results[0].Allowed {
-		t.Fatalf("third: %+v, want denied by the cold limit", d)
+		t.Fatalf("fourth: %+v, want denied by the cold limit", d)
 	}
 	if got := g.shared(t, "j", warm).Remaining; got != 1600 {
 		t.Errorf("exact limit charged by a request the cold limit denied: %d remaining, want 1600", got)
 	}
-	if n := g.s.table.lookup(sliceID("j", cold)); n != nil {
+	if g.s.table.lookup(sliceID("k", cold)) != nil || g.s.table.lookup(sliceID("j", cold)) != nil {
 		t.Error("a cold limit got a slice")
 	}
 }
@@ -176,5 +191,36 @@ func TestBatchColdJoinsExactCall(t *testing.T) {
 	}
 	if c := g.counter("extauthz_ratelimit_allotment_decisions_total", "source", "cold"); c != 2+1 {
 		t.Errorf("%v cold decisions, want 3 (one in warm's first request)", c)
+	}
+}
+
+// TestDoorkeeperSlots: a key is warm when its own tag is in its slot within
+// the horizon; another key in the same slot makes it neither warm (the
+// tag differs) nor, once it is seen again, lose its next sighting; a clock
+// that went back makes it cold.
+func TestDoorkeeperSlots(t *testing.T) {
+	t.Parallel()
+	d := newDoorkeeper(50 * time.Millisecond)
+	slot := uint64(5) << (64 - doorBits)
+	a, b := slot|1<<(64-doorBits-tagBits), slot|2<<(64-doorBits-tagBits)
+	t0 := newClock().Now()
+	for _, step := range []struct {
+		h    uint64
+		at   time.Duration
+		warm bool
+		prev time.Duration
+	}{
+		{a, 0, false, 0},
+		{b, time.Millisecond, false, 0}, // same slot, another key: not a's sighting
+		{a, 2 * time.Millisecond, false, 0},
+		{a, 52 * time.Millisecond, true, 2 * time.Millisecond}, // the horizon's last instant
+		{a, 102*time.Millisecond + time.Microsecond, false, 0},
+		{a, 50 * time.Millisecond, false, 0}, // the clock went back
+	} {
+		prev, warm := d.seen(step.h, t0.Add(step.at))
+		if warm != step.warm || (warm && !prev.Equal(t0.Add(step.prev))) {
+			t.Errorf("key %x at %v: warm %v since %v, want %v since %v", step.h>>(64-doorBits-tagBits), step.at,
+				warm, prev.Sub(t0), step.warm, step.prev)
+		}
 	}
 }
