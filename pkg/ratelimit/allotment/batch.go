@@ -66,9 +66,9 @@ func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) 
 	return s.mixedBatch(ctx, reqs, mine)
 }
 
-// askRest asks the inner store for requests decided there: exact ones,
-// checks (to which the tokens held here are added) and cold ones, of which
-// there are cold (counted as decisions).
+// askRest asks the inner store, in one call, for the requests decided
+// there: exact ones, checks (to which the tokens held here are added), and
+// cold ones, whose number cold is counted as decisions.
 func (s *Store) askRest(ctx context.Context, reqs []ratelimit.Request, cold int) ([]ratelimit.Decision, bool, error) {
 	d, primary, err := s.askInner(ctx, reqs)
 	if err == nil {
@@ -92,7 +92,7 @@ func (s *Store) admitSole(r ratelimit.Request) (e *entry, cold bool) {
 			at = i
 		}
 	}
-	e = s.table.admit(sliceID(r.Key, r.Limits[at]), r.Limits[at], s.now())
+	e = s.table.admit(sliceID(r.Key, r.Limits[at]), r.Limits[at], s.now)
 	return e, e == nil
 }
 

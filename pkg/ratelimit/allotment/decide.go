@@ -34,7 +34,7 @@ func (s *Store) decide(ctx context.Context, r ratelimit.Request, sole *entry) (r
 		}
 		e := sole
 		if e == nil {
-			e = s.table.admit(sliceID(r.Key, l), l, s.now())
+			e = s.table.admit(sliceID(r.Key, l), l, s.now)
 		}
 		t, err := s.take(ctx, e, r.Key, l, r.Hits)
 		if err != nil {

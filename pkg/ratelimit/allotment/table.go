@@ -76,8 +76,9 @@ func (t *table) lookup(id sliceKey) *entry {
 
 // admit returns the entry of id, creating one for l when the doorkeeper saw
 // the key within the horizon before now; nil for a cold key without one,
-// which is then decided on the store as exact mode would decide it.
-func (t *table) admit(id sliceKey, l ratelimit.Limit, now time.Time) *entry {
+// which is then decided on the store as exact mode would decide it. The
+// clock is read only then: a key with a slice reads it once, in take.
+func (t *table) admit(id sliceKey, l ratelimit.Limit, clock func() time.Time) *entry {
 	hk := t.keyHash(id)
 	sh := t.shardOf(hk, id)
 	sh.mu.Lock()
@@ -85,6 +86,7 @@ func (t *table) admit(id sliceKey, l ratelimit.Limit, now time.Time) *entry {
 	if e := sh.m[id]; e != nil {
 		return e
 	}
+	now := clock()
 	prev, warm := t.door.seen(doorHash(hk, id), now)
 	if !warm {
 		return nil
