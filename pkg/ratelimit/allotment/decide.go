@@ -59,23 +59,31 @@ func (s *Store) decide(ctx context.Context, r ratelimit.Request, sole *entry) (r
 		d.Allowed = true
 		return d, primary, nil
 	}
+	p, err := s.askExact(ctx, r, exact, cold, &d)
+	if err != nil || !d.Allowed {
+		s.giveBack(held)
+	}
+	return d, primary && p, err
+}
+
+// askExact decides the limits of r at exact, cold of them allotment limits
+// of cold keys, in one inner call (the whole request when they are all its
+// limits) and files their Results in d.
+func (s *Store) askExact(ctx context.Context, r ratelimit.Request, exact []int, cold int, d *ratelimit.Decision) (bool, error) {
 	sub := r
 	if len(exact) < len(r.Limits) {
 		sub.Limits = pick(r.Limits, exact)
 	}
-	got, p, err := s.askInner(ctx, []ratelimit.Request{sub})
+	got, primary, err := s.askInner(ctx, []ratelimit.Request{sub})
 	if err != nil {
-		s.giveBack(held)
-		return d, false, err
+		return false, err
 	}
 	s.m.cold.Add(float64(cold))
 	for k, i := range exact {
 		d.Results[i] = got[0].Results[k]
 	}
-	if d.Allowed = got[0].Allowed; !d.Allowed {
-		s.giveBack(held)
-	}
-	return d, primary && p, nil
+	d.Allowed = got[0].Allowed
+	return primary, nil
 }
 
 // fillDenied completes, without charging anything, the Results of a
