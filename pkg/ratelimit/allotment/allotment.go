@@ -23,11 +23,20 @@
 //
 // sliding_log cannot be leased (ratelimit.Limit.Validate rejects it).
 //
+// A key gets a slice only once it shows a second request within
+// Options.Horizon (door.go): a cold key, seen once, is decided like exact,
+// its request passed to the inner store, which charges its hits to the
+// same shared count leases take from; so is a key whose slice is found
+// empty after more than the horizon of silence (the slice is dropped). A
+// cold key then costs what an exact decision costs, without the slice's
+// bookkeeping, and the under-admission bound does not grow (fewer slices
+// are outstanding).
+//
 // Slices are sized from this replica's own recent demand for the key,
 // measured by quota.Meter (the RLQS allocator's meter of a client's demand,
-// sampled at each lease): demand x Options.Horizon tokens, at least 1 (a cold key leases one token
-// in the request's path: what an exact decision costs), at most
-// Options.MaxFraction of the limit (of the burst for gcra). When a slice
+// sampled at each lease): demand x Options.Horizon tokens, at least 1 (the
+// first lease of a new slice leases one token in the request's path), at
+// most Options.MaxFraction of the limit (of the burst for gcra). When a slice
 // falls below half its last lease, one lease for the next one starts in the
 // background; requests that find the slice empty wait for the lease in
 // flight. A refused lease is remembered until its RetryAfter, so a key over
@@ -35,8 +44,9 @@
 //
 // Requests whose limits are all Exact, and checks (Hits 0), go to the inner
 // store unchanged. A request mixing both reserves its allotment tokens
-// first, then asks the inner store for the exact limits, and gives the
-// reserved tokens back to its slices when anything denies.
+// first, then asks the inner store for the exact limits (with those of
+// cold keys, in the same call), and gives the reserved tokens back to its
+// slices when anything denies.
 package allotment
 
 import (
@@ -128,7 +138,7 @@ func New(inner ratelimit.Store, opts Options) (*Store, error) {
 		opts.MaxSlices = DefaultMaxSlices
 	}
 	s := &Store{inner: inner, now: opts.Now, horizon: opts.Horizon, fraction: opts.MaxFraction,
-		table: newTable(opts.MaxSlices)}
+		table: newTable(opts.MaxSlices, opts.Horizon)}
 	var err error
 	if s.m, err = newMetrics(opts.Registerer, s.table); err != nil {
 		return nil, err

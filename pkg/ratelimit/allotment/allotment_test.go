@@ -30,27 +30,6 @@ func TestExactPassesThrough(t *testing.T) {
 	}
 }
 
-// TestColdKeyLeasesOne: a key's first request leases one token in its path
-// and is answered as an exact decision would be.
-func TestColdKeyLeasesOne(t *testing.T) {
-	t.Parallel()
-	for _, alg := range leasable {
-		g := newRig(t, nil, nil, Options{})
-		l := allot(alg, 100, time.Second)
-		d := g.allow(t, "k", 1, l)
-		calls := g.rec.taken()
-		if len(calls) != 1 || calls[0].Hits != 1 {
-			t.Errorf("%s: inner saw %+v, want one lease of 1", alg, calls)
-		}
-		if r := d.Results[0]; !d.Allowed || r.Remaining != 99 || r.Limit != 100 {
-			t.Errorf("%s: %+v, want allowed with 99 remaining, as exact", alg, d)
-		}
-		if got := g.shared(t, "k", l).Remaining; got != 99 {
-			t.Errorf("%s: the shared count has %d remaining, want 99", alg, got)
-		}
-	}
-}
-
 // TestHotKeyGrowsSlices: a burst of demand at one instant grows the lease to
 // the maximum slice, and the next requests are local.
 func TestHotKeyGrowsSlices(t *testing.T) {
@@ -514,10 +493,11 @@ func TestGCRALeaseCoversTheHorizon(t *testing.T) {
 	}
 }
 
-// TestGCRAColdKeyLeasesOneAtATime: a gcra key with less than one request
-// per horizon (one a second) leases one token each time, as exact costs: a
-// lease covering the horizon would lapse unused and only count as lapsed.
-func TestGCRAColdKeyLeasesOneAtATime(t *testing.T) {
+// TestGCRAColdKeyLeasesNothing: a gcra key with less than one request per
+// horizon (one a second) gets no slice and asks for its one hit each time,
+// as exact does: a lease covering the horizon would lapse unused and only
+// count as lapsed.
+func TestGCRAColdKeyLeasesNothing(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil, nil, Options{})
 	l := allot(ratelimit.GCRA, 1_000_000, time.Second)
@@ -525,9 +505,16 @@ func TestGCRAColdKeyLeasesOneAtATime(t *testing.T) {
 		g.allow(t, "k", 1, l)
 		g.clk.Add(time.Second)
 	}
-	for _, c := range g.rec.taken() {
+	calls := g.rec.taken()
+	for _, c := range calls {
 		if c.Hits != 1 {
-			t.Errorf("a key at one request a second leased %d tokens, want 1", c.Hits)
+			t.Errorf("a key at one request a second asked for %d hits, want 1", c.Hits)
 		}
+	}
+	if len(calls) != 5 || g.s.table.len() != 0 {
+		t.Errorf("%d calls, %d slices; want 5 calls and no slice", len(calls), g.s.table.len())
+	}
+	if n := g.counter("extauthz_ratelimit_allotment_tokens_leased_total"); n != 0 {
+		t.Errorf("%v tokens leased, want none", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -45,24 +46,17 @@ func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) 
 	}
 	if len(reqs) == 1 { // the usual call
 		if leased, _ := kind(reqs[0]); leased {
-			return s.decideOne(ctx, reqs[0])
+			return s.decideOne(ctx, reqs)
 		}
 	}
 	var mine []int
-	checks := false
 	for i := range reqs {
-		leased, checked := kind(reqs[i])
-		if leased {
+		if leased, _ := kind(reqs[i]); leased {
 			mine = append(mine, i)
 		}
-		checks = checks || checked
 	}
 	if len(mine) == 0 {
-		d, primary, err := s.askInner(ctx, reqs)
-		if err == nil && checks {
-			s.addHeld(reqs, d)
-		}
-		return d, primary, err
+		return s.askRest(ctx, reqs, 0)
 	}
 	for _, i := range mine {
 		if err := validate(reqs[i]); err != nil {
@@ -70,6 +64,36 @@ func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) 
 		}
 	}
 	return s.mixedBatch(ctx, reqs, mine)
+}
+
+// askRest asks the inner store, in one call, for the requests decided
+// there: exact ones, checks (to which the tokens held here are added), and
+// cold ones, whose number cold is counted as decisions.
+func (s *Store) askRest(ctx context.Context, reqs []ratelimit.Request, cold int) ([]ratelimit.Decision, bool, error) {
+	d, primary, err := s.askInner(ctx, reqs)
+	if err == nil {
+		s.addHeld(reqs, d)
+		s.m.cold.Add(float64(cold))
+	}
+	return d, primary, err
+}
+
+// admitSole admits the only allotment limit of r, a leased request: its
+// entry, or cold when its key is cold, which makes r an exact request. A
+// request with several allotment limits (nil, false) is admitted limit by
+// limit in decide.
+func (s *Store) admitSole(r ratelimit.Request) (e *entry, cold bool) {
+	at := -1
+	for i := range r.Limits {
+		if r.Limits[i].Consistency == ratelimit.Allotment {
+			if at >= 0 {
+				return nil, false
+			}
+			at = i
+		}
+	}
+	e = s.table.admit(sliceID(r.Key, r.Limits[at]), r.Limits[at], s.now)
+	return e, e == nil
 }
 
 // validate checks what the inner store would before any lease: valid
@@ -93,22 +117,31 @@ func validate(r ratelimit.Request) error {
 
 // mixedBatch decides the requests in mine from slices, each on its own
 // goroutine when there are several (their leases then overlap, as one
-// pipelined batch would), and the others in one inner call.
+// pipelined batch would), and the others in one inner call: exact
+// requests, checks, and those whose only allotment limit's key is cold.
 func (s *Store) mixedBatch(ctx context.Context, reqs []ratelimit.Request, mine []int) ([]ratelimit.Decision, bool, error) {
+	sole := make([]*entry, 0, len(mine))
+	warm := mine[:0]
+	for _, i := range mine {
+		if e, cold := s.admitSole(reqs[i]); !cold {
+			warm, sole = append(warm, i), append(sole, e)
+		}
+	}
+	cold := len(mine) - len(warm)
+	if len(warm) == 0 {
+		return s.askRest(ctx, reqs, cold)
+	}
 	c := &collector{out: make([]ratelimit.Decision, len(reqs)), primary: true}
 	var pieces []func()
-	if rest, at := others(reqs, mine); len(rest) > 0 {
+	if rest, at := others(reqs, warm); len(rest) > 0 {
 		pieces = append(pieces, func() {
-			d, p, err := s.askInner(ctx, rest)
-			if err == nil {
-				s.addHeld(rest, d) // checks of allotment limits, if any
-			}
+			d, p, err := s.askRest(ctx, rest, cold)
 			c.put(at, d, p, err)
 		})
 	}
-	for _, i := range mine {
+	for k, i := range warm {
 		pieces = append(pieces, func() {
-			d, p, err := s.decide(ctx, reqs[i])
+			d, p, err := s.decide(ctx, reqs[i], sole[k])
 			c.put([]int{i}, []ratelimit.Decision{d}, p, err)
 		})
 	}
@@ -124,15 +157,21 @@ func (s *Store) mixedBatch(ctx context.Context, reqs []ratelimit.Request, mine [
 	return c.out, c.primary, nil
 }
 
-// decideOne decides a batch of one leased request, without goroutines.
-func (s *Store) decideOne(ctx context.Context, r ratelimit.Request) ([]ratelimit.Decision, bool, error) {
+// decideOne decides a batch of one leased request, without goroutines; a
+// cold one as the exact request it then is, passed on unchanged.
+func (s *Store) decideOne(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, bool, error) {
+	r := reqs[0]
 	if err := validate(r); err != nil {
 		return nil, false, fmt.Errorf("request 0: %w", err)
+	}
+	sole, cold := s.admitSole(r)
+	if cold {
+		return s.askRest(ctx, reqs, 1)
 	}
 	out := make([]ratelimit.Decision, 1)
 	var primary bool
 	var err error
-	if out[0], primary, err = s.decide(ctx, r); err != nil {
+	if out[0], primary, err = s.decide(ctx, r, sole); err != nil {
 		return nil, false, err
 	}
 	return out, primary, nil
@@ -177,11 +216,18 @@ func (c *collector) put(at []int, d []ratelimit.Decision, primary bool, err erro
 	}
 }
 
-// addHeld adds to the Remaining of each allotment limit answered by the
-// inner store (checks) the tokens this replica holds for it.
+// addHeld adds to the Remaining of each allotment limit of the checks
+// (Hits 0) answered by the inner store the tokens this replica holds for it.
+// Requests that charged hits have none held: the cold ones.
 func (s *Store) addHeld(reqs []ratelimit.Request, ds []ratelimit.Decision) {
-	now := s.now()
+	var now time.Time
 	for i, r := range reqs {
+		if r.Hits != 0 {
+			continue
+		}
+		if now.IsZero() {
+			now = s.now()
+		}
 		for j, l := range r.Limits {
 			if l.Consistency != ratelimit.Allotment || i >= len(ds) || j >= len(ds[i].Results) {
 				continue

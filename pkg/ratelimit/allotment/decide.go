@@ -13,24 +13,37 @@ type taken struct {
 	parts   reservation // tokens reserved, to give back if the request is denied
 	ok      bool
 	primary bool
+	cold    bool // the key is cold: decide the limit on the store, as exact
 }
 
 // decide decides one request with at least one allotment limit and Hits > 0:
-// all its limits admit and are charged, or none is.
-func (s *Store) decide(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, bool, error) {
+// all its limits admit and are charged, or none is. sole is the entry of
+// its only allotment limit, which the caller admitted; nil when it has
+// several, admitted here. The limits of cold keys join the exact ones: one
+// inner call charges them all or none, so nothing needs giving back.
+func (s *Store) decide(ctx context.Context, r ratelimit.Request, sole *entry) (ratelimit.Decision, bool, error) {
 	d := ratelimit.Decision{Results: make([]ratelimit.Result, len(r.Limits))}
 	var held []part
 	var exact []int
+	cold := 0
 	primary := true
 	for i, l := range r.Limits {
 		if l.Consistency != ratelimit.Allotment {
 			exact = append(exact, i)
 			continue
 		}
-		t, err := s.take(ctx, r.Key, l, r.Hits)
+		e := sole
+		if e == nil {
+			e = s.table.admit(sliceID(r.Key, l), l, s.now)
+		}
+		t, err := s.take(ctx, e, r.Key, l, r.Hits)
 		if err != nil {
 			s.giveBack(held)
 			return d, false, err
+		}
+		if t.cold {
+			exact, cold = append(exact, i), cold+1
+			continue
 		}
 		d.Results[i], primary = t.res, primary && t.primary
 		if !t.ok {
@@ -46,19 +59,31 @@ func (s *Store) decide(ctx context.Context, r ratelimit.Request) (ratelimit.Deci
 		d.Allowed = true
 		return d, primary, nil
 	}
-	sub := ratelimit.Request{Key: r.Key, Limits: pick(r.Limits, exact), Hits: r.Hits}
-	got, p, err := s.askInner(ctx, []ratelimit.Request{sub})
-	if err != nil {
+	p, err := s.askExact(ctx, r, exact, cold, &d)
+	if err != nil || !d.Allowed {
 		s.giveBack(held)
-		return d, false, err
 	}
+	return d, primary && p, err
+}
+
+// askExact decides the limits of r at exact, cold of them allotment limits
+// of cold keys, in one inner call (the whole request when they are all its
+// limits) and files their Results in d.
+func (s *Store) askExact(ctx context.Context, r ratelimit.Request, exact []int, cold int, d *ratelimit.Decision) (bool, error) {
+	sub := r
+	if len(exact) < len(r.Limits) {
+		sub.Limits = pick(r.Limits, exact)
+	}
+	got, primary, err := s.askInner(ctx, []ratelimit.Request{sub})
+	if err != nil {
+		return false, err
+	}
+	s.m.cold.Add(float64(cold))
 	for k, i := range exact {
 		d.Results[i] = got[0].Results[k]
 	}
-	if d.Allowed = got[0].Allowed; !d.Allowed {
-		s.giveBack(held)
-	}
-	return d, primary && p, nil
+	d.Allowed = got[0].Allowed
+	return primary, nil
 }
 
 // fillDenied completes, without charging anything, the Results of a
@@ -110,17 +135,23 @@ func (s *Store) giveBack(parts []part) {
 	}
 }
 
-// take reserves hits tokens of l on key: from the slice when it holds
-// enough, else after the lease in flight, else by leasing now.
-func (s *Store) take(ctx context.Context, key string, l ratelimit.Limit, hits int64) (taken, error) {
+// take reserves hits tokens of l on key from e, the key's slice: from the
+// slice when it holds enough, else after the lease in flight, else by
+// leasing now. A cold key (e nil, or a slice found empty after more than
+// the horizon of silence) takes nothing: taken.cold.
+func (s *Store) take(ctx context.Context, e *entry, key string, l ratelimit.Limit, hits int64) (taken, error) {
+	if e == nil {
+		return taken{cold: true}, nil
+	}
 	now := s.now()
-	e := s.table.get(sliceID(key, l), l, now)
 	e.mu.Lock()
+	quiet := e.s.dropped || now.Sub(e.s.seen) > s.horizon
+	e.s.seen = now
 	e.s.noteDemand(hits)
 	for {
 		if res, ok := e.s.remembered(hits, now); ok {
 			e.mu.Unlock()
-			s.m.decided(sourceLocal)
+			s.m.local.Inc()
 			return taken{res: res, primary: true}, nil
 		}
 		parts, ok, lapsed := e.s.reserve(e, hits, now)
@@ -129,10 +160,13 @@ func (s *Store) take(ctx context.Context, key string, l ratelimit.Limit, hits in
 			t := taken{res: e.s.result(true, now), parts: parts, ok: true, primary: e.s.primary}
 			s.maybePrefetch(e, key, now)
 			e.mu.Unlock()
-			s.m.decided(sourceLocal)
+			s.m.local.Inc()
 			return t, nil
 		}
 		if e.s.leasing == nil {
+			if quiet {
+				return s.cool(e, key, l, now) // unlocks e
+			}
 			return s.leaseNow(ctx, e, key, l, hits, now) // unlocks e
 		}
 		if err := e.wait(ctx, hits); err != nil {
@@ -140,6 +174,20 @@ func (s *Store) take(ctx context.Context, key string, l ratelimit.Limit, hits in
 		}
 		now = s.now()
 	}
+}
+
+// cool drops e, an empty slice whose key went quiet for more than the
+// horizon: the key is cold again, its request decided as exact, and it
+// gets a slice again only when a second request follows within the
+// horizon. Without this, every key that once showed two requests close
+// together would keep a slice and lease one token per request. A request
+// that already holds e finds it dropped and is decided as exact too.
+// Called with e locked; returns with it unlocked.
+func (s *Store) cool(e *entry, key string, l ratelimit.Limit, now time.Time) (taken, error) {
+	e.s.dropped = true
+	e.mu.Unlock()
+	s.table.drop(sliceID(key, l), e, now)
+	return taken{cold: true}, nil
 }
 
 // wait waits, unlocked, for the lease in flight on e; it returns locked.
@@ -181,7 +229,7 @@ func (s *Store) leaseNow(ctx context.Context, e *entry, key string, l ratelimit.
 		e.s.leasing = nil
 	}
 	close(done)
-	s.m.decided(sourceStore)
+	s.m.store.Inc()
 	if err != nil {
 		return taken{}, err
 	}

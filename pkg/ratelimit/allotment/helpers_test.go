@@ -36,15 +36,17 @@ func (c *clock) Add(d time.Duration) {
 // can hold them at a gate or fail them.
 type recorder struct {
 	ratelimit.Store
-	mu    sync.Mutex
-	calls []ratelimit.Request
-	gate  chan struct{} // when set, each call waits for one receive
-	err   error
+	mu      sync.Mutex
+	calls   []ratelimit.Request
+	batches int           // AllowBatch calls
+	gate    chan struct{} // when set, each call waits for one receive
+	err     error
 }
 
 func (r *recorder) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	r.mu.Lock()
 	r.calls = append(r.calls, reqs...)
+	r.batches++
 	gate, err := r.gate, r.err
 	r.mu.Unlock()
 	if gate != nil {
@@ -79,8 +81,17 @@ func (r *recorder) taken() []ratelimit.Request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.calls
-	r.calls = nil
+	r.calls, r.batches = nil, 0
 	return c
+}
+
+// takenBatches returns and forgets the requests recorded so far and the
+// number of calls that carried them.
+func (r *recorder) takenBatches() ([]ratelimit.Request, int) {
+	r.mu.Lock()
+	n := r.batches
+	r.mu.Unlock()
+	return r.taken(), n
 }
 
 type rig struct {

@@ -81,7 +81,7 @@ func (s *Store) maybePrefetch(e *entry, key string, now time.Time) {
 	}
 	n := sl.size(s.horizon, s.maxSlice(sl.limit))
 	if n < 2 {
-		return // a cold key: a token leased ahead would likely lapse
+		return // little demand: a token leased ahead would likely lapse
 	}
 	ch := make(chan struct{})
 	l := sl.limit

@@ -9,10 +9,11 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
-// Values of the source label of the decisions metric.
+// Values of the "source" label of extauthz_ratelimit_allotment_decisions_total.
 const (
 	sourceLocal = "local" // decided from a slice or a remembered refusal
 	sourceStore = "store" // a lease in the request's path decided it
+	sourceCold  = "cold"  // a cold key without a slice, decided on the store as exact
 )
 
 // leasable are the algorithms an allotment may use, the values of the
@@ -24,6 +25,9 @@ type metrics struct {
 	tokens    *prometheus.CounterVec // algorithm
 	lapsed    *prometheus.CounterVec // algorithm
 	decisions *prometheus.CounterVec // source
+	// The decisions counters by source, resolved once: a decision costs
+	// no label lookup.
+	local, store, cold prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, t *table) (metrics, error) {
@@ -42,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, t *table) (metrics, error) {
 		}, []string{"algorithm"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "extauthz_ratelimit_allotment_decisions_total",
-			Help: "Decisions of allotment limits: source local from a leased slice, store when a lease in the request's path decided.",
+			Help: "Decisions of allotment limits: source local from a leased slice, store when a lease in the request's path decided, cold when a key without a slice (seen once within the horizon) was decided on the store as exact.",
 		}, []string{"source"}),
 	}
 	slices := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -65,8 +69,9 @@ func newMetrics(reg prometheus.Registerer, t *table) (metrics, error) {
 		m.tokens.WithLabelValues(string(a))
 		m.lapsed.WithLabelValues(string(a))
 	}
-	m.decisions.WithLabelValues(sourceLocal)
-	m.decisions.WithLabelValues(sourceStore)
+	m.local = m.decisions.WithLabelValues(sourceLocal)
+	m.store = m.decisions.WithLabelValues(sourceStore)
+	m.cold = m.decisions.WithLabelValues(sourceCold)
 	return m, nil
 }
 
@@ -83,5 +88,3 @@ func (m metrics) lapsedAdd(l ratelimit.Limit, n int64) {
 		m.lapsed.WithLabelValues(string(l.Algorithm.OrDefault())).Add(float64(n))
 	}
 }
-
-func (m metrics) decided(source string) { m.decisions.WithLabelValues(source).Inc() }

@@ -38,6 +38,11 @@ type slice struct {
 	// waiting for the lease in flight.
 	demand, waiting int64
 	meter           quota.Meter
+	// seen is the instant of the newest request for the slice. A request
+	// that finds it empty after more than the horizon of silence treats the
+	// key as cold again (Store.cool), which drops the slice (dropped).
+	seen    time.Time
+	dropped bool
 }
 
 // available is the tokens usable at now over every lot.
@@ -160,15 +165,18 @@ func (s *slice) noteDemand(hits int64) { s.demand += hits }
 // which measures RLQS clients, measures this replica too: the rate is the
 // larger of its last two samples, so a rise shows at once and a spike is
 // forgotten after two leases; its minimum span is one microsecond here (a
-// lease samples a slice's lifetime, milliseconds for a hot key), and its
-// first observation only starts the clock, so a cold key leases one token.
+// lease samples a slice's lifetime, milliseconds for a hot key).
 func (s *slice) sample(now time.Time) {
-	if s.meter.MinSpan == 0 {
-		s.meter.MinSpan = time.Microsecond
-	}
+	s.meter.MinSpan = time.Microsecond
 	s.meter.Observe(uint64(max(s.demand, 0)), 0, now)
 	s.demand = 0
 }
+
+// startMeter starts a new slice's meter at prev, its key's previous
+// request (seen by the doorkeeper, decided as exact), which a meter's first
+// observation only marks. The slice's first lease, of one token, then
+// measures the demand since prev, and the second is sized from it.
+func (s *slice) startMeter(prev time.Time) { s.sample(prev) }
 
 // size is the next lease's size: the tokens the demand uses in horizon,
 // at least 1, at most maxN. A gcra lease also covers the horizon in slot
@@ -185,7 +193,7 @@ func (s *slice) sample(now time.Time) {
 func (s *slice) size(horizon time.Duration, maxN int64) int64 {
 	rate := s.meter.Demand()
 	if rate == quota.Unknown {
-		return 1 // not measured yet: a cold key
+		return 1 // not measured yet: a new slice
 	}
 	expected := rate * horizon.Seconds() // requests expected within the horizon
 	want := math.Ceil(expected)

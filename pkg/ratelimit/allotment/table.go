@@ -22,15 +22,18 @@ type shard struct {
 	m  map[sliceKey]*entry
 }
 
-// table is a sharded map of slices by sliceKey, bounded in total.
+// table is a sharded map of slices by sliceKey, bounded in total, behind a
+// doorkeeper that keeps cold keys out.
 type table struct {
 	seed     maphash.Seed
 	perShard int
 	shards   [shardCount]shard
+	door     doorkeeper
 }
 
-func newTable(maxSlices int) *table {
-	t := &table{seed: maphash.MakeSeed(), perShard: max((maxSlices+shardCount-1)/shardCount, 1)}
+func newTable(maxSlices int, horizon time.Duration) *table {
+	t := &table{seed: maphash.MakeSeed(), perShard: max((maxSlices+shardCount-1)/shardCount, 1),
+		door: newDoorkeeper(horizon)}
 	for i := range t.shards {
 		t.shards[i].m = make(map[sliceKey]*entry)
 	}
@@ -54,8 +57,13 @@ func sliceID(key string, l ratelimit.Limit) sliceKey {
 	return sliceKey{key: key, alg: l.Algorithm.OrDefault(), requests: l.Requests, period: l.Period, burst: l.Burst}
 }
 
-func (t *table) shard(id sliceKey) *shard {
-	return &t.shards[(maphash.String(t.seed, id.key)^uint64(id.period))%shardCount]
+func (t *table) shard(id sliceKey) *shard { return t.shardOf(t.keyHash(id), id) }
+
+func (t *table) keyHash(id sliceKey) uint64 { return maphash.String(t.seed, id.key) }
+
+// shardOf is the shard of id, whose key hashes to hk.
+func (t *table) shardOf(hk uint64, id sliceKey) *shard {
+	return &t.shards[(hk^uint64(id.period))%shardCount]
 }
 
 // lookup returns the entry of id, or nil.
@@ -66,20 +74,44 @@ func (t *table) lookup(id sliceKey) *entry {
 	return sh.m[id]
 }
 
-// get returns the entry of id, creating it for l when absent.
-func (t *table) get(id sliceKey, l ratelimit.Limit, now time.Time) *entry {
-	sh := t.shard(id)
+// admit returns the entry of id, creating one for l when the doorkeeper saw
+// the key within the horizon before now; nil for a cold key without one,
+// which is then decided on the store as exact mode would decide it. The
+// clock is read only then: a key with a slice reads it once, in take.
+func (t *table) admit(id sliceKey, l ratelimit.Limit, clock func() time.Time) *entry {
+	hk := t.keyHash(id)
+	sh := t.shardOf(hk, id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.m[id]; e != nil {
 		return e
 	}
+	now := clock()
+	prev, warm := t.door.seen(doorHash(hk, id), now)
+	if !warm {
+		return nil
+	}
 	if len(sh.m) >= t.perShard {
 		sh.evict(now)
 	}
-	e := &entry{s: slice{limit: l, primary: true}}
+	e := &entry{s: slice{limit: l, primary: true, seen: now}}
+	e.s.startMeter(prev)
 	sh.m[id] = e
 	return e
+}
+
+// drop forgets e, the slice of id, unless another replaced it, and tells
+// the doorkeeper the key was seen at now: its next request within the
+// horizon gets a slice again.
+func (t *table) drop(id sliceKey, e *entry, now time.Time) {
+	hk := t.keyHash(id)
+	t.door.seen(doorHash(hk, id), now)
+	sh := t.shardOf(hk, id)
+	sh.mu.Lock()
+	if sh.m[id] == e {
+		delete(sh.m, id)
+	}
+	sh.mu.Unlock()
 }
 
 // evict drops the idle slices (nothing usable, no lease in flight, no
