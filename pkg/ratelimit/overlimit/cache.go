@@ -3,7 +3,6 @@ package overlimit
 import (
 	"hash/maphash"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,20 +44,21 @@ func newCache(maxKeys int) *cache {
 // limit's Consistency is no part of it: exact and allotment decide on one
 // shared state, so a denial remembered in one mode bounds the other too.
 func entryID(r ratelimit.Request) string {
-	var b strings.Builder
-	b.Grow(len(r.Key) + 24*len(r.Limits) + 8)
-	b.WriteString(strconv.Itoa(len(r.Key)))
-	b.WriteByte(':')
-	b.WriteString(r.Key)
+	// Built in a buffer on the stack (a long key grows it), then copied
+	// once into a string of the exact size: the entry's only allocation.
+	var buf [160]byte
+	b := strconv.AppendInt(buf[:0], int64(len(r.Key)), 10)
+	b = append(b, ':')
+	b = append(b, r.Key...)
 	for _, l := range r.Limits {
-		b.WriteByte('|')
-		b.WriteString(string(l.Algorithm.OrDefault()))
-		for _, n := range []int64{l.Requests, int64(l.Period), l.Burst} {
-			b.WriteByte('/')
-			b.WriteString(strconv.FormatInt(n, 10))
+		b = append(b, '|')
+		b = append(b, l.Algorithm.OrDefault()...)
+		for _, n := range [...]int64{l.Requests, int64(l.Period), l.Burst} {
+			b = append(b, '/')
+			b = strconv.AppendInt(b, n, 10)
 		}
 	}
-	return b.String()
+	return string(b)
 }
 
 func (c *cache) shard(id string) *shard {
