@@ -21,7 +21,7 @@ type entry struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]entry
+	m  map[entryID]entry
 }
 
 // cache is a sharded map of denials, bounded by max entries in total.
@@ -34,23 +34,45 @@ type cache struct {
 func newCache(maxKeys int) *cache {
 	c := &cache{seed: maphash.MakeSeed(), perShard: (maxKeys + shardCount - 1) / shardCount}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]entry)
+		c.shards[i].m = make(map[entryID]entry)
 	}
 	return c
 }
 
 // entryID identifies a request by its key and each limit's full identity.
-// The key is length-prefixed so that no key can run into the limits. A
-// limit's Consistency is no part of it: exact and allotment decide on one
+// A limit's Consistency is no part of it: exact and allotment decide on one
 // shared state, so a denial remembered in one mode bounds the other too.
-func entryID(r ratelimit.Request) string {
-	// Built in a buffer on the stack (a long key grows it), then copied
-	// once into a string of the exact size: the entry's only allocation.
-	var buf [160]byte
-	b := strconv.AppendInt(buf[:0], int64(len(r.Key)), 10)
-	b = append(b, ':')
-	b = append(b, r.Key...)
-	for _, l := range r.Limits {
+// The first limit is held as a value and the key as the request's own
+// string, so that a one-limit request, the common case, costs no
+// allocation; further limits are encoded in rest.
+type entryID struct {
+	key    string
+	limits int     // how many
+	first  limitID // the first's, when there is one
+	rest   string  // the others', each "|alg/requests/period/burst"
+}
+
+// limitID is what identifies a limit's state.
+type limitID struct {
+	alg             ratelimit.Algorithm
+	requests, burst int64
+	period          time.Duration
+}
+
+// idOf is l's limitID.
+func idOf(l ratelimit.Limit) limitID {
+	return limitID{alg: l.Algorithm.OrDefault(), requests: l.Requests, burst: l.Burst, period: l.Period}
+}
+
+// entryIDOf is r's entryID.
+func entryIDOf(r ratelimit.Request) entryID {
+	id := entryID{key: r.Key, limits: len(r.Limits)}
+	if len(r.Limits) == 0 {
+		return id
+	}
+	id.first = idOf(r.Limits[0])
+	var b []byte
+	for _, l := range r.Limits[1:] {
 		b = append(b, '|')
 		b = append(b, l.Algorithm.OrDefault()...)
 		for _, n := range [...]int64{l.Requests, int64(l.Period), l.Burst} {
@@ -58,16 +80,19 @@ func entryID(r ratelimit.Request) string {
 			b = strconv.AppendInt(b, n, 10)
 		}
 	}
-	return string(b)
+	id.rest = string(b)
+	return id
 }
 
-func (c *cache) shard(id string) *shard {
-	return &c.shards[maphash.String(c.seed, id)%shardCount]
+// shard picks id's shard by its key alone: a key's entries under other
+// limits share it, which spreads as well.
+func (c *cache) shard(id entryID) *shard {
+	return &c.shards[maphash.String(c.seed, id.key)%shardCount]
 }
 
 // get returns the remembered denial for id, aged to now, when it still
 // covers a request of hits.
-func (c *cache) get(id string, hits int64, now time.Time) (ratelimit.Decision, bool) {
+func (c *cache) get(id entryID, hits int64, now time.Time) (ratelimit.Decision, bool) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	e, ok := sh.m[id]
@@ -102,7 +127,7 @@ func aged(e entry, now time.Time) ratelimit.Decision {
 // sliding_window's RetryAfter is no bound at all (its estimate floors the
 // previous window's weight, so the hits may pass as soon as that weight
 // drops by a fraction of a hit): its denials set no deadline.
-func (c *cache) put(id string, hits int64, d ratelimit.Decision, limits []ratelimit.Limit, decided time.Time) {
+func (c *cache) put(id entryID, hits int64, d ratelimit.Decision, limits []ratelimit.Limit, decided time.Time) {
 	var wait time.Duration
 	for i, r := range d.Results {
 		if i < len(limits) && limits[i].Algorithm == ratelimit.SlidingWindow {
@@ -161,7 +186,7 @@ func (c *cache) len() int {
 }
 
 // forget drops the remembered denial of id, if any.
-func (c *cache) forget(id string) {
+func (c *cache) forget(id entryID) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	delete(sh.m, id)

@@ -105,12 +105,10 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 		return []ratelimit.Decision{}, nil
 	}
 	now := s.now()
-	ids := make([]string, len(reqs))
 	var out []ratelimit.Decision // made at the first remembered denial
 	var miss []int
 	for i, r := range reqs {
-		ids[i] = entryID(r)
-		if d, ok := s.cache.get(ids[i], r.Hits, now); ok {
+		if d, ok := s.cache.get(entryIDOf(r), r.Hits, now); ok {
 			if out == nil {
 				out = make([]ratelimit.Decision, len(reqs))
 			}
@@ -136,7 +134,7 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 	}
 	for j, i := range miss {
 		if authoritative && !got[j].Allowed {
-			s.cache.put(ids[i], reqs[i].Hits, got[j], reqs[i].Limits, now)
+			s.cache.put(entryIDOf(reqs[i]), reqs[i].Hits, got[j], reqs[i].Limits, now)
 		}
 	}
 	if out == nil { // nothing remembered: the inner store's answer is the whole answer

@@ -224,3 +224,35 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+// TestDenialCoversOnlyItsLimits: a denial remembered for a request of two
+// limits answers that request, not one with the first limit alone, nor one
+// whose second limit differs.
+func TestDenialCoversOnlyItsLimits(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_700_006_400, 0)}
+	inner := newMem(t, clk)
+	s, _ := newCached(t, inner, clk)
+	ctx := context.Background()
+	wide := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 100, Period: time.Minute}
+	tight := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 1, Period: time.Hour}
+	ask := func(limits ...ratelimit.Limit) bool {
+		t.Helper()
+		d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: "k", Hits: 2, Limits: limits}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d[0].Allowed
+	}
+	if ask(wide, tight) || ask(wide, tight) || inner.reqs.Load() != 1 {
+		t.Fatalf("two denials of [wide tight] asked the store %d times, want once", inner.reqs.Load())
+	}
+	if !ask(wide) || inner.reqs.Load() != 2 {
+		t.Fatalf("[wide] alone: store asked %d times in all, want it admitted by the store", inner.reqs.Load())
+	}
+	other := tight
+	other.Requests = 5
+	if !ask(wide, other) || inner.reqs.Load() != 3 {
+		t.Fatalf("[wide other]: store asked %d times in all, want it admitted by the store", inner.reqs.Load())
+	}
+}
