@@ -2,6 +2,7 @@ package overlimit
 
 import (
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -140,6 +141,10 @@ func (c *cache) put(id entryID, hits int64, d ratelimit.Decision, limits []ratel
 	if wait == 0 {
 		return
 	}
+	// The cache owns its copy of the results: the caller's may share
+	// memory with the store that made them (a Redis call's), which an
+	// entry must not keep alive, nor see changed.
+	d.Results = slices.Clone(d.Results)
 	e := entry{decided: decided, until: decided.Add(wait), minHits: hits, decision: d}
 	sh := c.shard(id)
 	sh.mu.Lock()

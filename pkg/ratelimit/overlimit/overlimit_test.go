@@ -256,3 +256,22 @@ func TestDenialCoversOnlyItsLimits(t *testing.T) {
 		t.Fatalf("[wide other]: store asked %d times in all, want it admitted by the store", inner.reqs.Load())
 	}
 }
+
+// TestRememberedDenialIsItsOwn: a caller changing the decision it got does
+// not change the denial the cache remembers from it.
+func TestRememberedDenialIsItsOwn(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_700_006_400, 0)}
+	s, _ := newCached(t, newMem(t, clk), clk)
+	ctx := context.Background()
+	reqs := []ratelimit.Request{{Key: "k", Hits: 5, Limits: []ratelimit.Limit{{Algorithm: ratelimit.FixedWindow, Requests: 3, Period: time.Minute}}}}
+	d, err := s.AllowBatch(ctx, reqs)
+	if err != nil || d[0].Allowed {
+		t.Fatalf("5 hits under 3: %+v, %v; want denied", d, err)
+	}
+	d[0].Results[0].Limit = 999
+	again, err := s.AllowBatch(ctx, reqs)
+	if err != nil || again[0].Results[0].Limit != 3 {
+		t.Fatalf("remembered denial %+v, %v; want its limit 3", again, err)
+	}
+}

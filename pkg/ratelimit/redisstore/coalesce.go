@@ -50,7 +50,9 @@ type call struct {
 	results []ratelimit.Result
 	// The room of a one-limit request, the common case: its keys, args
 	// and results live in the call, which is then one allocation (with
-	// its done channel) instead of five.
+	// its done channel) instead of five. The decision returned holds the
+	// call alive; whoever keeps one past the request copies its results
+	// (package overlimit does).
 	oneKey    [1]string
 	oneArgs   [argFirstLimit + limitArgs]any
 	oneResult [1]ratelimit.Result
