@@ -15,12 +15,18 @@ import (
 )
 
 // Script is Lua source and the SHA-1 that EVALSHA names it by.
-type Script struct{ src, sha string }
+type Script struct {
+	src, sha string
+	// shaArg is sha boxed once as a command argument: boxing it per
+	// EVALSHA would be an allocation each.
+	shaArg any
+}
 
 // New returns the Script of src.
 func New(src string) Script {
 	sum := sha1.Sum([]byte(src)) //nolint:gosec // EVALSHA names scripts by SHA-1
-	return Script{src: src, sha: hex.EncodeToString(sum[:])}
+	sha := hex.EncodeToString(sum[:])
+	return Script{src: src, sha: sha, shaArg: sha}
 }
 
 // Source returns the Lua source, what SCRIPT LOAD and EVAL send.
@@ -40,7 +46,7 @@ func (Cmd) NoRetry() bool { return true }
 
 // EvalSha builds `EVALSHA sha len(keys) keys... args...`.
 func (s Script) EvalSha(ctx context.Context, keys []string, args []any) Cmd {
-	return command(ctx, "evalsha", s.sha, keys, args)
+	return command(ctx, "evalsha", s.shaArg, keys, args)
 }
 
 // Eval builds `EVAL source len(keys) keys... args...`, which also loads the
@@ -49,7 +55,7 @@ func (s Script) Eval(ctx context.Context, keys []string, args []any) Cmd {
 	return command(ctx, "eval", s.src, keys, args)
 }
 
-func command(ctx context.Context, verb, script string, keys []string, args []any) Cmd {
+func command(ctx context.Context, verb string, script any, keys []string, args []any) Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, verb, script, len(keys))
 	for _, k := range keys {

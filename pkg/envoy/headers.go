@@ -123,6 +123,10 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// maxFields is the most header fields one answer has: draft-03's trio and
+// Retry-After.
+const maxFields = 4
+
 // fields renders the header fields of one answer into a single buffer,
 // which becomes one string that every value is a slice of: the response
 // headers of a decision cost a handful of allocations, not one per item
@@ -131,11 +135,11 @@ func appendSFString(b []byte, s string) []byte {
 // caller's stack: its bookkeeping is in arrays, not slices.
 type fields struct {
 	buf   []byte
-	n     int       // fields done
-	keys  [4]string // the most one answer has: draft-03's trio and Retry-After
-	ends  [4]int    // where each field's value ends in buf
-	start int       // where the current field's value starts
-	at    int       // where the current item starts
+	n     int // fields done
+	keys  [maxFields]string
+	ends  [maxFields]int // where each field's value ends in buf
+	start int            // where the current field's value starts
+	at    int            // where the current item starts
 	// The current list's items, to drop repeats: the first ones inline.
 	items  [8][2]int
 	more   [][2]int
@@ -210,12 +214,29 @@ func (f *fields) headers() []*corev3.HeaderValue {
 		return nil
 	}
 	all := string(f.buf)
-	vals := make([]corev3.HeaderValue, f.n)
-	hs := make([]*corev3.HeaderValue, f.n)
+	vals, hs := headerValues(f.n)
 	from := 0
 	for i := range f.n {
 		vals[i].Key, vals[i].Value = f.keys[i], all[from:f.ends[i]]
 		hs[i], from = &vals[i], f.ends[i]
 	}
 	return hs
+}
+
+// headerValues returns n header values and n pointers to fill, the
+// pointers being what the proto wants: both in one allocation, sized for
+// two (the RateLimit pair) or for four (the most an answer has).
+func headerValues(n int) ([]corev3.HeaderValue, []*corev3.HeaderValue) {
+	if n <= 2 {
+		r := new(struct {
+			vals [2]corev3.HeaderValue
+			ptrs [2]*corev3.HeaderValue
+		})
+		return r.vals[:n], r.ptrs[:n]
+	}
+	r := new(struct {
+		vals [maxFields]corev3.HeaderValue
+		ptrs [maxFields]*corev3.HeaderValue
+	})
+	return r.vals[:n], r.ptrs[:n]
 }

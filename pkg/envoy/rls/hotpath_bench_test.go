@@ -36,7 +36,7 @@ func BenchmarkHotPathRLS(b *testing.B) {
 }
 
 // benchRLS is an RLS over the memory store under policy yaml.
-func benchRLS(b *testing.B, yaml string) *RLS {
+func benchRLS(b testing.TB, yaml string) *RLS {
 	b.Helper()
 	p := envoytest.WritePolicy(b, yaml)
 	m, err := envoy.NewMetrics(prometheus.NewRegistry())

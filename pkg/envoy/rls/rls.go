@@ -125,8 +125,8 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	if dom != nil {
 		label, mode.style = dom.Name, dom.HeaderStyle
 	}
-	fixed, anomalies := screen(req)
-	s.report(label, req, anomalies)
+	fixed := make([]string, len(req.GetDescriptors()))
+	s.report(label, req, screen(req, fixed))
 	items, reqs := s.plan(dom, req, fixed)
 	decisions, err := s.decide(ctx, reqs)
 	if err != nil {

@@ -45,7 +45,8 @@ type Descriptor struct {
 // planAll matches req's descriptors as ShouldRateLimit does.
 func (s *RLS) planAll(req *rlsv3.RateLimitRequest) ([]planned, []ratelimit.Request, bool) {
 	dom := s.domain(req.GetDomain())
-	fixed, _ := screen(req)
+	fixed := make([]string, len(req.GetDescriptors()))
+	screen(req, fixed)
 	items, reqs := s.plan(dom, req, fixed)
 	return items, reqs, dom != nil
 }
@@ -121,7 +122,7 @@ func (s *RLS) explain(ctx context.Context, req *rlsv3.RateLimitRequest) (Explana
 // describe turns one planned descriptor into its Descriptor.
 func describe(it *planned, counted bool, reqs []ratelimit.Request, states []ratelimit.Decision) Descriptor {
 	d := Descriptor{Outcome: it.outcome, Override: it.override, Shadow: it.shadow,
-		Quota: it.quota, Blocked: it.blocked, Names: it.names}
+		Quota: it.quota, Blocked: it.blocked, Names: it.names()}
 	if it.rule != nil {
 		d.Rule, d.RuleID = ruleName(it.rule), it.rule.ID
 	}

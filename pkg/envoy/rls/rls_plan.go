@@ -25,9 +25,8 @@ type planned struct {
 	metric string
 	// override marks a descriptor carrying its own limit (RateLimitDescriptor.limit).
 	override bool
-	// limits are decided for this descriptor, names[i] naming limits[i].
+	// limits are decided for this descriptor; name(i) names limits[i].
 	limits []ratelimit.Limit
-	names  []string
 	// shadow answers OK whatever the decision.
 	shadow bool
 	// quota is the rule's quota_mode: over its limit, the descriptor denies
@@ -42,12 +41,35 @@ type planned struct {
 
 func (p *planned) counted() bool { return p.outcome == "" }
 
+// name names limits[i] for current_limit and the RateLimit headers: its
+// own name, else the rule's (see envoy.LimitName). An override's limit
+// always carries its name. Computed when asked: a slice of names per
+// decision would be an allocation each.
+func (p *planned) name(i int) string {
+	if p.override {
+		return p.limits[i].Name
+	}
+	return envoy.LimitName(ruleName(p.rule), p.limits, i)
+}
+
+// names lists name(i) for every limit, nil when there are none.
+func (p *planned) names() []string {
+	if len(p.limits) == 0 {
+		return nil
+	}
+	names := make([]string, len(p.limits))
+	for i := range names {
+		names[i] = p.name(i)
+	}
+	return names
+}
+
 // plan matches every descriptor and returns one planned per descriptor and
 // the store requests of the counted ones. fixed holds the outcomes screen
 // settled; those descriptors are not matched.
 func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest, fixed []string) ([]planned, []ratelimit.Request) {
 	descs := req.GetDescriptors()
-	items := make([]planned, len(descs))
+	items, reqs := newPlan(len(descs))
 	keys := make([]string, len(descs))
 	for i := range items {
 		items[i].outcome = fixed[i]
@@ -78,7 +100,6 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest, fixed []stri
 	if hits == 0 {
 		hits = 1 // the proto's "0 means 1"
 	}
-	var reqs []ratelimit.Request
 	for i := range items {
 		if !items[i].counted() {
 			continue
@@ -91,6 +112,24 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest, fixed []stri
 		reqs = append(reqs, ratelimit.Request{Key: keys[i], Limits: items[i].limits, Hits: h})
 	}
 	return items, reqs
+}
+
+// onePlan is the plan of a one-descriptor request, the common case, and
+// its store request: one allocation where two slices would be two. Both
+// live as long as the call.
+type onePlan struct {
+	item [1]planned
+	req  [1]ratelimit.Request
+}
+
+// newPlan returns room for n descriptors' plans and an empty list of store
+// requests with room for one per descriptor.
+func newPlan(n int) ([]planned, []ratelimit.Request) {
+	if n == 1 {
+		p := new(onePlan)
+		return p.item[:], p.req[:0]
+	}
+	return make([]planned, n), make([]ratelimit.Request, 0, n)
 }
 
 // planOne matches one descriptor and returns its plan and counter key.
@@ -127,7 +166,6 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		rule:    m.Rule,
 		metric:  m.MetricID,
 		limits:  m.Rule.Limits,
-		names:   limitNames(m.Rule, m.Rule.Limits),
 		shadow:  m.Rule.ShadowMode,
 		quota:   m.Rule.QuotaMode,
 		blocked: m.Rule.Blocked,
@@ -177,7 +215,7 @@ func overridePlan(rule *policy.Rule, o overrideTerms,
 	// produce this suffix.
 	key := ratelimit.Key(tenant, domain, keyEntries) +
 		fmt.Sprintf("|#override=%s/%d/%dms", l.Algorithm, l.Requests, period.Milliseconds())
-	p := planned{rule: rule, override: true, limits: []ratelimit.Limit{l}, names: []string{name}, blocked: o.requests == 0}
+	p := planned{rule: rule, override: true, limits: []ratelimit.Limit{l}, blocked: o.requests == 0}
 	return p, key
 }
 
@@ -220,13 +258,4 @@ func ruleName(r *policy.Rule) string {
 		return r.ID
 	}
 	return "descriptor"
-}
-
-// limitNames names each limit for current_limit and the RateLimit headers.
-func limitNames(r *policy.Rule, limits []ratelimit.Limit) []string {
-	names := make([]string, len(limits))
-	for i := range limits {
-		names[i] = envoy.LimitName(ruleName(r), limits, i)
-	}
-	return names
 }

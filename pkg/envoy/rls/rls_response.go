@@ -16,11 +16,9 @@ import (
 // sets the outcome of every counted descriptor. mode adds the global
 // shadow and quota modes.
 func respond(items []planned, decisions []ratelimit.Decision, mode rlsMode) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
-	}
-	var quotas []envoy.Quota
+	resp, room := newResponse(len(items))
+	var quotaRoom [4]envoy.Quota // the header quotas of a few limits, on the stack
+	quotas := quotaRoom[:0]
 	var v verdict
 	for i := range items {
 		it := &items[i]
@@ -39,7 +37,8 @@ func respond(items []planned, decisions []ratelimit.Decision, mode rlsMode) *rls
 		} else {
 			dec = decisions[it.batch]
 		}
-		resp.Statuses[i] = v.add(it, dec, mode.quota || it.quota)
+		resp.Statuses[i] = v.add(it, dec, mode.quota || it.quota, room)
+		room = nil // it holds one status
 		if !it.shadow {
 			quotas = appendQuotas(quotas, it, dec)
 		}
@@ -62,6 +61,37 @@ func respond(items []planned, decisions []ratelimit.Decision, mode rlsMode) *rls
 	return resp
 }
 
+// countedStatus is a counted descriptor's status and its two sub-messages, which
+// go together: one allocation.
+type countedStatus struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+// oneResponse is the response to a one-descriptor request, the common
+// case, with its status list and the status of a counted descriptor: one
+// allocation where three would be.
+type oneResponse struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status   countedStatus
+}
+
+// newResponse returns a response with room for n statuses, and for a
+// one-descriptor request the room of its counted status (nil otherwise).
+func newResponse(n int) (*rlsv3.RateLimitResponse, *countedStatus) {
+	if n == 1 {
+		o := new(oneResponse)
+		o.resp.OverallCode, o.resp.Statuses = rlsv3.RateLimitResponse_OK, o.statuses[:]
+		return &o.resp, &o.status
+	}
+	return &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}, nil
+}
+
 // verdict gathers the overall answer across the counted descriptors.
 type verdict struct {
 	denied bool          // a descriptor not in quota mode is over its limit
@@ -74,15 +104,14 @@ type verdict struct {
 }
 
 // add decides one counted descriptor's status and outcome and tallies it.
-func (v *verdict) add(it *planned, dec ratelimit.Decision, quotaMode bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+// The status is built in room when given, else in a countedStatus of its own.
+func (v *verdict) add(it *planned, dec ratelimit.Decision, quotaMode bool, room *countedStatus) *rlsv3.RateLimitResponse_DescriptorStatus {
 	t := envoy.Tightest(dec)
 	res := dec.Results[t]
-	// The status and its two sub-messages in one allocation.
-	a := &struct {
-		st    rlsv3.RateLimitResponse_DescriptorStatus
-		limit rlsv3.RateLimitResponse_RateLimit
-		reset durationpb.Duration
-	}{}
+	a := room
+	if a == nil {
+		a = new(countedStatus)
+	}
 	setCurrentLimit(&a.limit, statusName(it, t), it.limits[t])
 	a.reset.Seconds, a.reset.Nanos = splitDuration(res.ResetAfter)
 	st := &a.st
@@ -126,7 +155,7 @@ func (v *verdict) retryAfter() time.Duration {
 // policy writes it, empty when it names none and for an override, as
 // envoyproxy/ratelimit leaves it (Envoy appends a non-empty name to
 // X-RateLimit-Limit, so a made-up one would change that header). The
-// RateLimit header fields need a name and use it.names instead.
+// RateLimit header fields need a name and use it.name instead.
 func statusName(it *planned, i int) string {
 	if it.override {
 		return ""
@@ -155,7 +184,7 @@ func uncountedStatus(outcome string) *rlsv3.RateLimitResponse_DescriptorStatus {
 func appendQuotas(qs []envoy.Quota, it *planned, dec ratelimit.Decision) []envoy.Quota {
 	for j, l := range it.limits {
 		r := dec.Results[j]
-		q := envoy.Quota{Name: it.names[j], Quota: r.Limit, Window: l.Period, Remaining: r.Remaining, Reset: r.ResetAfter}
+		q := envoy.Quota{Name: it.name(j), Quota: r.Limit, Window: l.Period, Remaining: r.Remaining, Reset: r.ResetAfter}
 		if q.Quota <= 0 {
 			q.Quota = l.Requests
 		}

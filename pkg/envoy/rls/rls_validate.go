@@ -75,11 +75,12 @@ type anomaly struct {
 	reason string
 }
 
-// screen returns, per descriptor, the outcome fixed before matching ("" for
-// a descriptor that is planned normally), and the anomalies to report.
-func screen(req *rlsv3.RateLimitRequest) ([]string, []anomaly) {
+// screen sets, per descriptor, the outcome fixed before matching ("" for
+// a descriptor that is planned normally) in outcomes, one per descriptor,
+// and returns the anomalies to report. The caller gives outcomes, which
+// lives no longer than the call: on its stack for a few descriptors.
+func screen(req *rlsv3.RateLimitRequest, outcomes []string) []anomaly {
 	descs := req.GetDescriptors()
-	outcomes := make([]string, len(descs))
 	var found []anomaly
 	if len(descs) == 0 {
 		found = append(found, anomaly{-1, reasonNoDescriptors})
@@ -99,7 +100,7 @@ func screen(req *rlsv3.RateLimitRequest) ([]string, []anomaly) {
 			found = append(found, anomaly{i, reason})
 		}
 	}
-	return outcomes, found
+	return found
 }
 
 // screenDescriptor fixes the outcome of a descriptor that cannot be planned:

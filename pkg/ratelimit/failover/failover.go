@@ -112,6 +112,9 @@ type Store struct {
 	br       *breaker.Set // one breaker per node
 	onError  func(node string, err error)
 	m        metrics
+	// nodes is a Router primary's Nodes, bound once: a method value made
+	// per decision for breaker.Set.Prune would be an allocation each.
+	nodes func(context.Context) ([]string, error)
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -148,6 +151,9 @@ func New(primary ratelimit.Store, opts Options) (*Store, error) {
 	}
 	if s.onError == nil {
 		s.onError = func(string, error) {}
+	}
+	if r, ok := primary.(Router); ok {
+		s.nodes = r.Nodes
 	}
 	return s, nil
 }
@@ -200,9 +206,9 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 // primary's: the fallback's per-replica state says nothing of what Redis
 // would admit once it is back.
 func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) (d []ratelimit.Decision, fromPrimary bool, err error) {
-	groups := s.route(ctx, reqs) // route.go
-	if len(groups) == 1 {
-		return s.decideOn(ctx, groups[0].node, reqs)
+	node, groups := s.route(ctx, reqs) // route.go
+	if groups == nil {
+		return s.decideOn(ctx, node, reqs)
 	}
 	return s.decideGroups(ctx, reqs, groups)
 }

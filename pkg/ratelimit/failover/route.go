@@ -36,19 +36,32 @@ type group struct {
 }
 
 // route splits reqs by node; a primary that is not a Router is one node.
-func (s *Store) route(ctx context.Context, reqs []ratelimit.Request) []group {
+// When one node decides them all, the common case, it names that node and
+// returns no groups, so that a decision pays for no slices.
+func (s *Store) route(ctx context.Context, reqs []ratelimit.Request) (string, []group) {
 	r, ok := s.primary.(Router)
 	if !ok || len(reqs) == 0 {
-		return []group{{idx: allIndexes(len(reqs))}}
+		return "", nil
 	}
-	var groups []group
-	at := map[string]int{}
-	for i, req := range reqs {
-		node := r.Node(ctx, req.Key)
-		g, ok := at[node]
+	first := r.Node(ctx, reqs[0].Key)
+	for i := 1; i < len(reqs); i++ {
+		if r.Node(ctx, reqs[i].Key) != first {
+			return "", groupByNode(ctx, r, reqs, first, i)
+		}
+	}
+	return first, nil
+}
+
+// groupByNode groups reqs by node, given that those before at are first's.
+func groupByNode(ctx context.Context, r Router, reqs []ratelimit.Request, first string, at int) []group {
+	groups := []group{{node: first, idx: allIndexes(at)}}
+	index := map[string]int{first: 0}
+	for i := at; i < len(reqs); i++ {
+		node := r.Node(ctx, reqs[i].Key)
+		g, ok := index[node]
 		if !ok {
 			g = len(groups)
-			at[node] = g
+			index[node] = g
 			groups = append(groups, group{node: node})
 		}
 		groups[g].idx = append(groups[g].idx, i)
@@ -101,8 +114,8 @@ func (s *Store) refresh() {
 // prune forgets, in the background, the breakers of nodes a Router primary
 // no longer names (see breaker.Set.Prune).
 func (s *Store) prune() {
-	if r, ok := s.primary.(Router); ok {
-		s.br.Prune(s.now(), r.Nodes)
+	if s.nodes != nil {
+		s.br.Prune(s.now(), s.nodes)
 	}
 }
 

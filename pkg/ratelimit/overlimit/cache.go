@@ -2,8 +2,8 @@ package overlimit
 
 import (
 	"hash/maphash"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +22,7 @@ type entry struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]entry
+	m  map[entryID]entry
 }
 
 // cache is a sharded map of denials, bounded by max entries in total.
@@ -35,39 +35,65 @@ type cache struct {
 func newCache(maxKeys int) *cache {
 	c := &cache{seed: maphash.MakeSeed(), perShard: (maxKeys + shardCount - 1) / shardCount}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]entry)
+		c.shards[i].m = make(map[entryID]entry)
 	}
 	return c
 }
 
 // entryID identifies a request by its key and each limit's full identity.
-// The key is length-prefixed so that no key can run into the limits. A
-// limit's Consistency is no part of it: exact and allotment decide on one
+// A limit's Consistency is no part of it: exact and allotment decide on one
 // shared state, so a denial remembered in one mode bounds the other too.
-func entryID(r ratelimit.Request) string {
-	var b strings.Builder
-	b.Grow(len(r.Key) + 24*len(r.Limits) + 8)
-	b.WriteString(strconv.Itoa(len(r.Key)))
-	b.WriteByte(':')
-	b.WriteString(r.Key)
-	for _, l := range r.Limits {
-		b.WriteByte('|')
-		b.WriteString(string(l.Algorithm.OrDefault()))
-		for _, n := range []int64{l.Requests, int64(l.Period), l.Burst} {
-			b.WriteByte('/')
-			b.WriteString(strconv.FormatInt(n, 10))
-		}
-	}
-	return b.String()
+// The first limit is held as a value and the key as the request's own
+// string, so that a one-limit request, the common case, costs no
+// allocation; further limits are encoded in rest.
+type entryID struct {
+	key    string
+	limits int     // how many
+	first  limitID // the first's, when there is one
+	rest   string  // the others', each "|alg/requests/period/burst"
 }
 
-func (c *cache) shard(id string) *shard {
-	return &c.shards[maphash.String(c.seed, id)%shardCount]
+// limitID is what identifies a limit's state.
+type limitID struct {
+	alg             ratelimit.Algorithm
+	requests, burst int64
+	period          time.Duration
+}
+
+// idOf is l's limitID.
+func idOf(l ratelimit.Limit) limitID {
+	return limitID{alg: l.Algorithm.OrDefault(), requests: l.Requests, burst: l.Burst, period: l.Period}
+}
+
+// entryIDOf is r's entryID.
+func entryIDOf(r ratelimit.Request) entryID {
+	id := entryID{key: r.Key, limits: len(r.Limits)}
+	if len(r.Limits) == 0 {
+		return id
+	}
+	id.first = idOf(r.Limits[0])
+	var b []byte
+	for _, l := range r.Limits[1:] {
+		b = append(b, '|')
+		b = append(b, l.Algorithm.OrDefault()...)
+		for _, n := range [...]int64{l.Requests, int64(l.Period), l.Burst} {
+			b = append(b, '/')
+			b = strconv.AppendInt(b, n, 10)
+		}
+	}
+	id.rest = string(b)
+	return id
+}
+
+// shard picks id's shard by its key alone: a key's entries under other
+// limits share it, which spreads as well.
+func (c *cache) shard(id entryID) *shard {
+	return &c.shards[maphash.String(c.seed, id.key)%shardCount]
 }
 
 // get returns the remembered denial for id, aged to now, when it still
 // covers a request of hits.
-func (c *cache) get(id string, hits int64, now time.Time) (ratelimit.Decision, bool) {
+func (c *cache) get(id entryID, hits int64, now time.Time) (ratelimit.Decision, bool) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	e, ok := sh.m[id]
@@ -102,7 +128,7 @@ func aged(e entry, now time.Time) ratelimit.Decision {
 // sliding_window's RetryAfter is no bound at all (its estimate floors the
 // previous window's weight, so the hits may pass as soon as that weight
 // drops by a fraction of a hit): its denials set no deadline.
-func (c *cache) put(id string, hits int64, d ratelimit.Decision, limits []ratelimit.Limit, decided time.Time) {
+func (c *cache) put(id entryID, hits int64, d ratelimit.Decision, limits []ratelimit.Limit, decided time.Time) {
 	var wait time.Duration
 	for i, r := range d.Results {
 		if i < len(limits) && limits[i].Algorithm == ratelimit.SlidingWindow {
@@ -115,6 +141,10 @@ func (c *cache) put(id string, hits int64, d ratelimit.Decision, limits []rateli
 	if wait == 0 {
 		return
 	}
+	// The cache owns its copy of the results: the caller's may share
+	// memory with the store that made them (a Redis call's), which an
+	// entry must not keep alive, nor see changed.
+	d.Results = slices.Clone(d.Results)
 	e := entry{decided: decided, until: decided.Add(wait), minHits: hits, decision: d}
 	sh := c.shard(id)
 	sh.mu.Lock()
@@ -161,7 +191,7 @@ func (c *cache) len() int {
 }
 
 // forget drops the remembered denial of id, if any.
-func (c *cache) forget(id string) {
+func (c *cache) forget(id entryID) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	delete(sh.m, id)

@@ -101,20 +101,24 @@ func (s *Store) Allow(ctx context.Context, key string, limit ratelimit.Limit, hi
 // AllowBatch answers remembered denials locally and sends the rest to the
 // inner store in one batch.
 func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
+	if len(reqs) == 0 {
+		return []ratelimit.Decision{}, nil
+	}
 	now := s.now()
-	out := make([]ratelimit.Decision, len(reqs))
-	ids := make([]string, len(reqs))
+	var out []ratelimit.Decision // made at the first remembered denial
 	var miss []int
 	for i, r := range reqs {
-		ids[i] = entryID(r)
-		if d, ok := s.cache.get(ids[i], r.Hits, now); ok {
+		if d, ok := s.cache.get(entryIDOf(r), r.Hits, now); ok {
+			if out == nil {
+				out = make([]ratelimit.Decision, len(reqs))
+			}
 			out[i] = d
 			s.hits.Inc()
 			continue
 		}
 		miss = append(miss, i)
 	}
-	if len(miss) == 0 {
+	if len(miss) == 0 { // every request remembered
 		return out, nil
 	}
 	sub := reqs
@@ -129,10 +133,15 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 		return nil, err
 	}
 	for j, i := range miss {
-		out[i] = got[j]
 		if authoritative && !got[j].Allowed {
-			s.cache.put(ids[i], reqs[i].Hits, got[j], reqs[i].Limits, now)
+			s.cache.put(entryIDOf(reqs[i]), reqs[i].Hits, got[j], reqs[i].Limits, now)
 		}
+	}
+	if out == nil { // nothing remembered: the inner store's answer is the whole answer
+		return got, nil
+	}
+	for j, i := range miss {
+		out[i] = got[j]
 	}
 	return out, nil
 }

@@ -224,3 +224,59 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+// TestDenialCoversOnlyItsLimits: a denial remembered for a request of two
+// limits answers that request, not one with the first limit alone, nor one
+// whose second limit differs.
+func TestDenialCoversOnlyItsLimits(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_700_006_400, 0)}
+	inner := newMem(t, clk)
+	s, _ := newCached(t, inner, clk)
+	ctx := context.Background()
+	wide := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 100, Period: time.Minute}
+	tight := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 1, Period: time.Hour}
+	ask := func(limits ...ratelimit.Limit) bool {
+		t.Helper()
+		d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: "k", Hits: 2, Limits: limits}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d[0].Allowed
+	}
+	for range 2 {
+		if ask(wide, tight) {
+			t.Fatal("[wide tight] admitted 2 hits under a limit of 1")
+		}
+	}
+	if inner.reqs.Load() != 1 {
+		t.Fatalf("two denials of [wide tight] asked the store %d times, want once", inner.reqs.Load())
+	}
+	if !ask(wide) || inner.reqs.Load() != 2 {
+		t.Fatalf("[wide] alone: store asked %d times in all, want it admitted by the store", inner.reqs.Load())
+	}
+	other := tight
+	other.Requests = 5
+	if !ask(wide, other) || inner.reqs.Load() != 3 {
+		t.Fatalf("[wide other]: store asked %d times in all, want it admitted by the store", inner.reqs.Load())
+	}
+}
+
+// TestRememberedDenialIsItsOwn: a caller changing the decision it got does
+// not change the denial the cache remembers from it.
+func TestRememberedDenialIsItsOwn(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_700_006_400, 0)}
+	s, _ := newCached(t, newMem(t, clk), clk)
+	ctx := context.Background()
+	reqs := []ratelimit.Request{{Key: "k", Hits: 5, Limits: []ratelimit.Limit{{Algorithm: ratelimit.FixedWindow, Requests: 3, Period: time.Minute}}}}
+	d, err := s.AllowBatch(ctx, reqs)
+	if err != nil || d[0].Allowed {
+		t.Fatalf("5 hits under 3: %+v, %v; want denied", d, err)
+	}
+	d[0].Results[0].Limit = 999
+	again, err := s.AllowBatch(ctx, reqs)
+	if err != nil || again[0].Results[0].Limit != 3 {
+		t.Fatalf("remembered denial %+v, %v; want its limit 3", again, err)
+	}
+}

@@ -22,7 +22,7 @@ func (s *Store) StateKeys(r ratelimit.Request) []string {
 // its retry-after.
 func (s *Store) Reset(ctx context.Context, reqs []ratelimit.Request) error {
 	for _, r := range reqs {
-		s.cache.forget(entryID(r))
+		s.cache.forget(entryIDOf(r))
 	}
 	in, ok := s.inner.(ratelimit.Resetter)
 	if !ok {

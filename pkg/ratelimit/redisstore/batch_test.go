@@ -61,8 +61,8 @@ func TestBatchScriptMatchesGoAlgorithms(t *testing.T) {
 					if got.err != nil {
 						t.Fatalf("step %d request %d: %v", step, i, got.err)
 					}
-					if !equalDecision(got.dec, want) {
-						t.Fatalf("step %d request %d (hits %d, %+v):\n redis %+v\n    go %+v", step, i, reqs[i].Hits, reqs[i].Limits[0], got.dec, want)
+					if !equalDecision(got.dec[0], want) {
+						t.Fatalf("step %d request %d (hits %d, %+v):\n redis %+v\n    go %+v", step, i, reqs[i].Hits, reqs[i].Limits[0], got.dec[0], want)
 					}
 				}
 			}
@@ -94,12 +94,12 @@ func TestBatchIsolatesAFailingDecision(t *testing.T) {
 			if calls[1].err == nil || !errors.As(calls[1].err, &rerr) {
 				t.Errorf("the wrong-type key answered %+v, %v; want a Redis error", calls[1].dec, calls[1].err)
 			}
-			if calls[0].err != nil || !calls[0].dec.Allowed {
+			if calls[0].err != nil || !calls[0].dec[0].Allowed {
 				t.Errorf("first request: %+v, %v; want admitted", calls[0].dec, calls[0].err)
 			}
 			// The limit is 1: the first request's charge stood, so the
 			// third (same key, same batch) is denied.
-			if calls[2].err != nil || calls[2].dec.Allowed {
+			if calls[2].err != nil || calls[2].dec[0].Allowed {
 				t.Errorf("third request: %+v, %v; want denied after the first's charge", calls[2].dec, calls[2].err)
 			}
 			if typ := c.Type(ctx, wrong).Val(); typ != "list" {

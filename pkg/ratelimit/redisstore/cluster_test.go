@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,6 +140,46 @@ func TestClusterSingleCallsRecoverFromNoScript(t *testing.T) {
 		d, err := s.AllowBatch(context.Background(), []ratelimit.Request{r})
 		if err != nil || !d[0].Allowed {
 			t.Fatalf("%s: %+v, %v", r.Key, d, err)
+		}
+	}
+}
+
+// TestClusterNodeHoldsTheKeys: Node names the master that holds a
+// request's state keys, for plain identities and for those the hash tag
+// replaces by their hash.
+func TestClusterNodeHoldsTheKeys(t *testing.T) {
+	t.Parallel()
+	cl := redistest.NewCluster(t)
+	cc := cl.Client()
+	s := newStore(t, cc)
+	ctx := context.Background()
+	masters := map[string]*redis.Client{}
+	var mu sync.Mutex
+	if err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters[m.Options().Addr] = m
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"", "{x}", "#y", strings.Repeat("z", MaxIdentityLen+1)}
+	for i := range 30 {
+		ids = append(ids, fmt.Sprintf("tenant|api|user=%d", i))
+	}
+	limit := limitFor(ratelimit.FixedWindow, 3, time.Hour)
+	for _, id := range ids {
+		req := ratelimit.Request{Key: id, Hits: 1, Limits: []ratelimit.Limit{limit}}
+		if _, err := s.AllowBatch(ctx, []ratelimit.Request{req}); err != nil {
+			t.Fatal(err)
+		}
+		node := s.Node(ctx, id)
+		m, ok := masters[node]
+		if !ok {
+			t.Fatalf("Node(%.20q) = %q, not a master of %v", id, node, masters)
+		}
+		if n, err := m.Exists(ctx, requestKeys(s.prefix, req)[0]).Result(); err != nil || n != 1 {
+			t.Errorf("Node(%.20q) = %s, which holds %d of its keys (%v)", id, node, n, err)
 		}
 	}
 }

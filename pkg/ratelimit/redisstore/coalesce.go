@@ -42,11 +42,20 @@ type call struct {
 	args  []any
 	state atomic.Int32 // callQueued, then callSent or callAbandoned
 	done  chan struct{}
-	// Set before done is closed.
-	dec ratelimit.Decision
+	// Set before done is closed. dec is an array so that a lone call
+	// returns its decision as a slice without allocating one.
+	dec [1]ratelimit.Decision
 	err error
-	// limits is the request's limit count, to check the reply's shape.
-	limits int
+	// results is the room parseReply fills, one per limit.
+	results []ratelimit.Result
+	// The room of a one-limit request, the common case: its keys, args
+	// and results live in the call, which is then one allocation (with
+	// its done channel) instead of five. The decision returned holds the
+	// call alive; whoever keeps one past the request copies its results
+	// (package overlimit does).
+	oneKey    [1]string
+	oneArgs   [argFirstLimit + limitArgs]any
+	oneResult [1]ratelimit.Result
 }
 
 const (
@@ -73,7 +82,7 @@ func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([
 		if err := c.wait(); err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
-		return []ratelimit.Decision{c.dec}, nil
+		return c.dec[:], nil
 	}
 	calls := make([]*call, len(reqs))
 	for i, r := range reqs {
@@ -108,16 +117,22 @@ func (s *Store) allowCoalesced(ctx context.Context, reqs []ratelimit.Request) ([
 		if err := c.wait(); err != nil {
 			return nil, fmt.Errorf("redisstore: request %d: %w", i, err)
 		}
-		out[i] = c.dec
+		out[i] = c.dec[0]
 	}
 	return out, nil
 }
 
 func (s *Store) newCall(ctx context.Context, r ratelimit.Request, now int64, asked time.Time) *call {
-	return &call{
-		ctx: ctx, asked: asked, keys: requestKeys(s.prefix, r), args: scriptArgs(r, now),
-		done: make(chan struct{}), limits: len(r.Limits),
+	c := &call{ctx: ctx, asked: asked, done: make(chan struct{})}
+	if len(r.Limits) == 1 {
+		c.keys = appendRequestKeys(c.oneKey[:0], s.prefix, r)
+		c.args = appendScriptArgs(c.oneArgs[:0], r, now)
+		c.results = c.oneResult[:]
+		return c
 	}
+	c.keys, c.args = requestKeys(s.prefix, r), scriptArgs(r, now)
+	c.results = make([]ratelimit.Result, len(r.Limits))
+	return c
 }
 
 // wait returns once the call has its answer or its context ends. A call
@@ -295,7 +310,7 @@ func answerBatch(calls []*call, cmd redisscript.Cmd) {
 // answer parses the reply and wakes the caller.
 func (c *call) answer(v any, err error) {
 	if err == nil {
-		c.dec, c.err = parseReply(v, c.limits)
+		c.dec[0], c.err = parseReply(v, c.results)
 	} else {
 		c.err = err
 	}

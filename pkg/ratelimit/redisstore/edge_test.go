@@ -125,7 +125,7 @@ func decideAt(t *testing.T, s *Store, reqs []ratelimit.Request, now int64, batch
 		if c.err != nil {
 			t.Fatalf("request %d: %v", i, c.err)
 		}
-		out = append(out, c.dec)
+		out = append(out, c.dec[0])
 	}
 	return out
 }

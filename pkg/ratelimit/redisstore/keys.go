@@ -45,16 +45,22 @@ func stateKey(prefix, tagged string, l ratelimit.Limit) string {
 	b.WriteString("}:")
 	b.WriteString(string(l.Algorithm.OrDefault()))
 	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(l.Period.Milliseconds(), 10))
+	var digits [20]byte // the period's, written in place: no string of their own
+	b.Write(strconv.AppendInt(digits[:0], l.Period.Milliseconds(), 10))
 	return b.String()
 }
 
 // requestKeys returns KEYS for one request, in the order of its limits.
 func requestKeys(prefix string, req ratelimit.Request) []string {
+	return appendRequestKeys(make([]string, 0, len(req.Limits)), prefix, req)
+}
+
+// appendRequestKeys appends req's KEYS to dst, so that a caller with room of
+// its own (a call's array) builds them without allocating a slice.
+func appendRequestKeys(dst []string, prefix string, req ratelimit.Request) []string {
 	tagged := tagIdentity(req.Key)
-	keys := make([]string, len(req.Limits))
-	for i, l := range req.Limits {
-		keys[i] = stateKey(prefix, tagged, l)
+	for _, l := range req.Limits {
+		dst = append(dst, stateKey(prefix, tagged, l))
 	}
-	return keys
+	return dst
 }

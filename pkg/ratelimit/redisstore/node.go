@@ -11,8 +11,10 @@ import (
 // server (one node) or while the map is unknown. With package failover it
 // gives each master its own circuit breaker.
 func (s *Store) Node(ctx context.Context, key string) string {
-	// Every key of the request shares this hash tag, hence this slot.
-	return redisnode.Of(ctx, s.client, s.prefix+":rl:{"+tagIdentity(key)+"}")
+	// Every key of the request hashes by its tag, the tagged identity,
+	// which holds no braces: as a key of its own it hashes whole, to the
+	// same slot. Asking with it spares building a key per decision.
+	return redisnode.Of(ctx, s.client, tagIdentity(key))
 }
 
 // Refresh asks a cluster client to reload its slot map in the background

@@ -155,40 +155,47 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
 // scriptArgs builds ARGV for one request. now is a fixed instant in
 // microseconds for tests, or 0 to let the script read Redis's clock.
 func scriptArgs(req ratelimit.Request, now int64) []any {
-	args := make([]any, argFirstLimit, argFirstLimit+limitArgs*len(req.Limits))
-	args[argHits] = req.Hits
-	args[argNow] = ""
+	return appendScriptArgs(make([]any, 0, argFirstLimit+limitArgs*len(req.Limits)), req, now)
+}
+
+// appendScriptArgs appends req's ARGV to dst, so that a caller with room of
+// its own (a call's array) builds it without allocating a slice.
+func appendScriptArgs(dst []any, req ratelimit.Request, now int64) []any {
+	var clock any = ""
 	if now > 0 {
-		args[argNow] = strconv.FormatInt(now, 10)
+		clock = strconv.FormatInt(now, 10)
 	}
+	dst = append(dst, req.Hits, clock) // argHits, argNow
 	for _, l := range req.Limits {
-		args = append(args, algCodes[l.Algorithm.OrDefault()], l.Requests, l.Period.Microseconds(), l.Burst)
+		dst = append(dst, algCodes[l.Algorithm.OrDefault()], l.Requests, l.Period.Microseconds(), l.Burst)
 	}
-	return args
+	return dst
 }
 
 // parseReply turns the script's integer array into a Decision, checking
-// every element's type.
-func parseReply(v any, limits int) (ratelimit.Decision, error) {
+// every element's type. The Decision's Results are results, filled in: one
+// per limit of the request, given by the caller so that it may pass room of
+// its own.
+func parseReply(v any, results []ratelimit.Result) (ratelimit.Decision, error) {
 	arr, ok := v.([]any)
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("%w: %T, want array", ErrUnexpectedReply, v)
 	}
-	if len(arr) != replyHead+replyFields*limits {
-		return ratelimit.Decision{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(arr), replyHead+replyFields*limits)
+	if want := replyHead + replyFields*len(results); len(arr) != want {
+		return ratelimit.Decision{}, fmt.Errorf("%w: %d elements, want %d", ErrUnexpectedReply, len(arr), want)
 	}
-	ints := make([]int64, len(arr))
+	// Room for a one-limit reply on the stack; more limits grow it.
+	ints := make([]int64, 0, replyHead+replyFields)
 	for i, e := range arr {
 		n, ok := e.(int64)
 		if !ok {
 			return ratelimit.Decision{}, fmt.Errorf("%w: element %d is %T, want integer", ErrUnexpectedReply, i, e)
 		}
-		ints[i] = n
+		ints = append(ints, n)
 	}
-	d := ratelimit.Decision{Allowed: ints[0] == 1, Results: make([]ratelimit.Result, limits)}
-	for i := range d.Results {
+	for i := range results {
 		f := ints[replyHead+replyFields*i:]
-		d.Results[i] = ratelimit.Result{
+		results[i] = ratelimit.Result{
 			Allowed:    f[0] == 1,
 			Limit:      f[1],
 			Remaining:  f[2],
@@ -196,5 +203,5 @@ func parseReply(v any, limits int) (ratelimit.Decision, error) {
 			RetryAfter: time.Duration(f[4]) * time.Microsecond,
 		}
 	}
-	return d, nil
+	return ratelimit.Decision{Allowed: ints[0] == 1, Results: results}, nil
 }

@@ -186,7 +186,7 @@ func (s *Store) runOne(ctx context.Context, req ratelimit.Request) ([]ratelimit.
 	if err := cmd.Err(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	d, err := parseReply(cmd.Val(), len(req.Limits))
+	d, err := parseReply(cmd.Val(), make([]ratelimit.Result, len(req.Limits)))
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: request %d: %w", i, err)
 		}
-		if out[i], err = parseReply(v, len(reqs[i].Limits)); err != nil {
+		if out[i], err = parseReply(v, make([]ratelimit.Result, len(reqs[i].Limits))); err != nil {
 			return nil, err
 		}
 	}

@@ -289,11 +289,11 @@ func TestParseReplyChecksTypes(t *testing.T) {
 		[]any{int64(1), int64(1), int64(1), int64(0), int64(0)},
 	}
 	for _, v := range bad {
-		if _, err := parseReply(v, 1); !errors.Is(err, ErrUnexpectedReply) {
+		if _, err := parseReply(v, make([]ratelimit.Result, 1)); !errors.Is(err, ErrUnexpectedReply) {
 			t.Errorf("parseReply(%#v) error %v, want ErrUnexpectedReply", v, err)
 		}
 	}
-	d, err := parseReply([]any{int64(0), int64(0), int64(7), int64(2), int64(1000), int64(5)}, 1)
+	d, err := parseReply([]any{int64(0), int64(0), int64(7), int64(2), int64(1000), int64(5)}, make([]ratelimit.Result, 1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package overlimit_test
+
+const raceEnabled = false
