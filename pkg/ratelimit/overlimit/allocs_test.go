@@ -12,9 +12,6 @@ import (
 // does not cover costs no allocation besides the inner store's: its entry
 // ID is a value and the inner store's decisions are returned as they are.
 func TestAdmittedDecisionAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts differ under the race detector")
-	}
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	inner := newMem(t, clk)
 	s, _ := newCached(t, inner, clk)
@@ -27,7 +24,13 @@ func TestAdmittedDecisionAllocatesNothing(t *testing.T) {
 			t.Fatalf("%+v %v", d, err)
 		}
 	})
-	if through != own {
-		t.Errorf("through the cache %.0f allocations, the inner store's own %.0f: want the same", through, own)
+	// The race detector's build moves one small slice to the heap; CI runs
+	// this test there too, with that allowance.
+	allowed := own
+	if raceEnabled {
+		allowed++
+	}
+	if through > allowed {
+		t.Errorf("through the cache %.0f allocations, the inner store's own %.0f: want at most %.0f", through, own, allowed)
 	}
 }

@@ -2,6 +2,6 @@
 
 package overlimit_test
 
-// raceEnabled: the race detector's build keeps some small slices off the
-// stack, so allocation counts are exact only without it.
+// raceEnabled: the race detector's build moves some small slices from the
+// stack to the heap, so allocation counts are exact only without it.
 const raceEnabled = true
