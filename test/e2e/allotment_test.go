@@ -17,10 +17,12 @@ var allotmentScenarios = []scenario{
 // and the same RateLimit fields on both routes: 5 admitted, then 429 with
 // Retry-After. A limit of 5 leases one token at a time (its largest slice is
 // 1), so the documented bound is 0 here: the answers must be identical. The
-// replicas' allotment metrics prove the limit was leased, not decided
-// exactly.
+// replicas' allotment metrics prove the allotment layer decided every
+// request of that route (from a lease, a slice, or, for a key not seen
+// within the horizon, as exact: source cold), not the exact path alone.
 func testAllotmentLikeExact(t *testing.T, s *stack) {
-	before := s.replicaCounter(t, "extauthz_ratelimit_allotment_tokens_leased_total", "")
+	const decided = "extauthz_ratelimit_allotment_decisions_total"
+	before := s.replicaCounter(t, decided, "")
 	exact, allot := uniq("tex"), uniq("tal")
 	for i := 1; i <= 7; i++ {
 		want := s.do(t, tenantGet("/limited/x", exact))
@@ -42,13 +44,13 @@ func testAllotmentLikeExact(t *testing.T, s *stack) {
 	if n := s.up.Executions(allot, ""); n != 5 {
 		t.Errorf("upstream executed %d allotment requests, want 5", n)
 	}
-	after := s.replicaCounter(t, "extauthz_ratelimit_allotment_tokens_leased_total", "")
-	leased := 0.0
+	after := s.replicaCounter(t, decided, "")
+	n := 0.0
 	for i := range after {
-		leased += after[i] - before[i]
+		n += after[i] - before[i]
 	}
-	if leased < 5 {
-		t.Errorf("replicas leased %v tokens, want at least the 5 admitted (was the limit decided exactly?)", leased)
+	if n < 7 {
+		t.Errorf("replicas' allotment layers decided %v requests, want the 7 sent (was the limit decided exactly?)", n)
 	}
 }
 
