@@ -49,8 +49,10 @@ func testAllotmentLikeExact(t *testing.T, s *stack) {
 	for i := range after {
 		n += after[i] - before[i]
 	}
-	if n < 7 {
-		t.Errorf("replicas' allotment layers decided %v requests, want the 7 sent (was the limit decided exactly?)", n)
+	// At least the 5 admitted: a refusal the over-limit cache above
+	// remembers answers the next request before it reaches allotment.
+	if n < 5 {
+		t.Errorf("replicas' allotment layers decided %v requests, want at least the 5 admitted (was the limit decided exactly?)", n)
 	}
 }
 
