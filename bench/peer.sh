@@ -196,6 +196,9 @@ run() {
 		 (if .requests > 0 then ($x * 1e6 / $hz / .requests * 10 | floor) / 10 else 0 end),
 		 (if .requests > 0 then ($r * 1e6 / $hz / .requests * 10 | floor) / 10 else 0 end), $load] | @tsv' \
 		<<<"$out" | tee -a "$work/rows.tsv" >&2
+	# A failed call is rare and worth its reason (the rows only count it).
+	jq -r --arg svc "$svc" --arg conc "$conc" 'select(.errors > 0) |
+		"  \($svc) c=\($conc): \(.errors) calls failed, the first with: \(.first_error)"' <<<"$out" >&2
 }
 
 echo "Machine: $(nproc) CPUs, $(uname -sr), redis $(redis-server --version | awk '{print $3}'), peer $(git -C "$PEER_SRC" rev-parse --short HEAD 2>/dev/null || echo '?'), extauthz $(git rev-parse --short HEAD)${BASELINE:+, baseline $BASELINE}"
