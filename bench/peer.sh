@@ -206,27 +206,41 @@ echo "uptime at start: $(uptime)"
 echo "Runs: $WARMUP warm-up + $DURATION measured, $KEYS keys, one connection; rounds: $ROUNDS"
 printf 'round\tapi\tservice\tconcurrency\trps\tp50_us\tp99_us\tok\tover\terrors\tserver_cpu_us\tredis_cpu_us\tload1\n' >"$work/rows.tsv"
 echo "(rows as they come: round api service concurrency rps p50 p99 ok over errors server-CPU/req Redis-CPU/req load1)" >&2
+# has WORD LIST...: whether WORD is one of LIST.
+has() {
+	local w=$1
+	shift
+	for x in "$@"; do [ "$x" = "$w" ] && return 0; done
+	return 1
+}
+# Every concurrency of any list, in increasing order.
+all_concs=$(printf '%s\n' $CONCS $GCRA_CONCS $ALLOT_CONCS | sort -nu)
 for round in $(seq "$ROUNDS"); do
-	for conc in $CONCS; do
-		# Rotate the order each round and concurrency: no service always first.
-		n=${#services[@]}
+	for conc in $all_concs; do
+		# The services measured at this concurrency take turns in one
+		# rotation, so that every ratio (xaallot / xa included) compares
+		# runs minutes apart at most; the order rotates with the round and
+		# the concurrency, so no service always runs first.
+		turn=()
+		has "$conc" $CONCS && turn+=("${services[@]}")
+		has "$conc" $GCRA_CONCS && turn+=(xagcra)
+		has "$conc" $ALLOT_CONCS && turn+=(xaallot xaallotgcra)
+		n=${#turn[@]}
 		shift_by=$(((round + conc) % n))
 		for i in $(seq 0 $((n - 1))); do
-			run "${services[$(((i + shift_by) % n))]}" rls "$conc" "$round"
+			run "${turn[$(((i + shift_by) % n))]}" rls "$conc" "$round"
 		done
-	done
-	for conc in $GCRA_CONCS; do run xagcra rls "$conc" "$round"; done
-	for conc in $ALLOT_CONCS; do
-		run xaallot rls "$conc" "$round"
-		run xaallotgcra rls "$conc" "$round"
 	done
 	hot=(peer xa xagcra xaallot xaallotgcra)
 	for conc in $HOT_CONCS; do
 		for i in $(seq 0 4); do run "${hot[$(((i + round) % 5))]}" rlshot "$conc" "$round"; done
 	done
 	for conc in $CHECK_CONCS; do
-		run xa authz "$conc" "$round"
-		[ -n "$BASELINE" ] && run base authz "$conc" "$round"
+		checks=(xa)
+		[ -n "$BASELINE" ] && checks=(xa base)
+		# Alternate which goes first, round by round.
+		[ $((round % 2)) = 0 ] && checks=("${checks[@]:1}" "${checks[0]}")
+		for svc in "${checks[@]}"; do run "$svc" authz "$conc" "$round"; done
 	done
 done
 echo "uptime at end: $(uptime)"
