@@ -33,21 +33,22 @@
 #   DURATION (8s), WARMUP (1s), KEYS (10000), CHECK_CONCS ("1 16 64"),
 #   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer), MAX_BATCH (128,
 #   extauthz's EXTAUTHZ_REDIS_MAX_BATCH for xa; the baseline predates it),
-#   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"; empty skips the
-#   allotment rows over KEYS keys).
+#   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"). Any list of
+#   concurrencies set empty skips its runs, e.g. only the hot keys:
+#   CONCS= GCRA_CONCS= ALLOT_CONCS= CHECK_CONCS= ROUNDS=8 bench/peer.sh
 # Needs: go, redis-server, redis-cli, curl, jq, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 : "${PEER_SRC:?set PEER_SRC to a source checkout of github.com/envoyproxy/ratelimit}"
-CONCS=${CONCS:-"1 2 4 8 16 32 64 128"}
+CONCS=${CONCS-"1 2 4 8 16 32 64 128"}
 ROUNDS=${ROUNDS:-2}
 DURATION=${DURATION:-8s}
 WARMUP=${WARMUP:-1s}
 KEYS=${KEYS:-10000}
-CHECK_CONCS=${CHECK_CONCS:-"1 16 64"}
-GCRA_CONCS=${GCRA_CONCS:-"1 16 64"}
+CHECK_CONCS=${CHECK_CONCS-"1 16 64"}
+GCRA_CONCS=${GCRA_CONCS-"1 16 64"}
 OUT=${OUT:-docs/benchmarks-redis-peer}
 BASELINE=${BASELINE:-}
 HOT_KEYS=${HOT_KEYS:-10}
