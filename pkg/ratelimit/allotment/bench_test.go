@@ -57,3 +57,45 @@ func BenchmarkColdKeys(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHotKeys decides 10 keys from 64 goroutines per algorithm over a
+// memory store on the real clock, as bench/peer.sh's hot-key rows do through
+// gRPC and Redis: nearly every decision is local, from a slice, so this is
+// the local path's cost by algorithm (and exact's, for scale).
+func BenchmarkHotKeys(b *testing.B) {
+	const keys = 10
+	for _, alg := range []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.GCRA} {
+		for _, c := range []ratelimit.Consistency{ratelimit.Exact, ratelimit.Allotment} {
+			b.Run(string(alg)+"/"+string(c), func(b *testing.B) {
+				mem, err := memstore.New(memstore.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := allotment.New(mem, allotment.Options{Registerer: prometheus.NewRegistry()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				l := ratelimit.Limit{Algorithm: alg, Requests: 1_000_000_000, Period: time.Second, Consistency: c}
+				reqs := make([][]ratelimit.Request, keys)
+				for i := range reqs {
+					reqs[i] = []ratelimit.Request{{Key: "tenant|edge|user=" + strconv.Itoa(i), Limits: []ratelimit.Limit{l}, Hits: 1}}
+				}
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.SetParallelism(32) // 64 goroutines on 2 cores
+				var next atomic.Int64
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(next.Add(1))
+					for pb.Next() {
+						if _, err := s.AllowBatch(ctx, reqs[i%keys]); err != nil {
+							b.Error(err)
+							return
+						}
+						i++
+					}
+				})
+			})
+		}
+	}
+}
