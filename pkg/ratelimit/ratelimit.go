@@ -109,6 +109,21 @@ type Limit struct {
 	Consistency Consistency
 }
 
+// Terms are what identify a limit's state apart from its key: the
+// algorithm (defaulted) and its numbers. Consistency is no part of them:
+// exact and allotment decide on one shared state. Comparable, so a map
+// keyed by it hashes without allocating.
+type Terms struct {
+	Algorithm       Algorithm
+	Requests, Burst int64
+	Period          time.Duration
+}
+
+// Terms returns l's Terms.
+func (l Limit) Terms() Terms {
+	return Terms{Algorithm: l.Algorithm.OrDefault(), Requests: l.Requests, Burst: l.Burst, Period: l.Period}
+}
+
 // Validate reports what is wrong with l, or nil.
 func (l Limit) Validate() error {
 	switch {

@@ -64,7 +64,7 @@ func (d *doorkeeper) seen(h uint64, now time.Time) (time.Time, bool) {
 func doorHash(hk uint64, id sliceKey) uint64 {
 	const odd = 0x9e3779b97f4a7c15
 	h := hk
-	for _, v := range [...]uint64{uint64(id.requests), uint64(id.period), uint64(id.burst), uint64(len(id.alg))} {
+	for _, v := range [...]uint64{uint64(id.Requests), uint64(id.Period), uint64(id.Burst), uint64(len(id.Algorithm))} {
 		h = (h ^ v) * odd
 	}
 	return h

@@ -46,15 +46,12 @@ func newTable(maxSlices int, horizon time.Duration) *table {
 // no part of it, nor of the store's state key. A struct, not a string
 // built per call: a map hashes it without allocating.
 type sliceKey struct {
-	key      string
-	alg      ratelimit.Algorithm
-	requests int64
-	period   time.Duration
-	burst    int64
+	key string
+	ratelimit.Terms
 }
 
 func sliceID(key string, l ratelimit.Limit) sliceKey {
-	return sliceKey{key: key, alg: l.Algorithm.OrDefault(), requests: l.Requests, period: l.Period, burst: l.Burst}
+	return sliceKey{key: key, Terms: l.Terms()}
 }
 
 func (t *table) shard(id sliceKey) *shard { return t.shardOf(t.keyHash(id), id) }
@@ -63,7 +60,7 @@ func (t *table) keyHash(id sliceKey) uint64 { return maphash.String(t.seed, id.k
 
 // shardOf is the shard of id, whose key hashes to hk.
 func (t *table) shardOf(hk uint64, id sliceKey) *shard {
-	return &t.shards[(hk^uint64(id.period))%shardCount]
+	return &t.shards[(hk^uint64(id.Period))%shardCount]
 }
 
 // lookup returns the entry of id, or nil.

@@ -48,21 +48,9 @@ func newCache(maxKeys int) *cache {
 // allocation; further limits are encoded in rest.
 type entryID struct {
 	key    string
-	limits int     // how many
-	first  limitID // the first's, when there is one
-	rest   string  // the others', each "|alg/requests/period/burst"
-}
-
-// limitID is what identifies a limit's state.
-type limitID struct {
-	alg             ratelimit.Algorithm
-	requests, burst int64
-	period          time.Duration
-}
-
-// idOf is l's limitID.
-func idOf(l ratelimit.Limit) limitID {
-	return limitID{alg: l.Algorithm.OrDefault(), requests: l.Requests, burst: l.Burst, period: l.Period}
+	limits int             // how many
+	first  ratelimit.Terms // the first's, when there is one
+	rest   string          // the others', each "|alg/requests/period/burst"
 }
 
 // entryIDOf is r's entryID.
@@ -71,7 +59,7 @@ func entryIDOf(r ratelimit.Request) entryID {
 	if len(r.Limits) == 0 {
 		return id
 	}
-	id.first = idOf(r.Limits[0])
+	id.first = r.Limits[0].Terms()
 	var b []byte
 	for _, l := range r.Limits[1:] {
 		b = append(b, '|')
