@@ -16,12 +16,24 @@ const (
 	apiAuthz = "authz"
 )
 
-// authzCaller calls ext_authz Check with an HTTP request whose tenant header
-// (-key, e.g. x-tenant-id) takes one of -keys values, as Envoy's ext_authz
-// filter sends it: a GET of -path on host bench. A denied request with 429
-// counts as over the limit.
+// authzCaller calls ext_authz Check over grpc-go with the requests of
+// buildCheckRequests.
 func authzCaller(conn grpc.ClientConnInterface, cfg config) caller {
 	c := authv3.NewAuthorizationClient(conn)
+	reqs := buildCheckRequests(cfg)
+	return func(ctx context.Context, i int) (outcome, error) {
+		resp, err := c.Check(ctx, reqs[i%len(reqs)])
+		if err != nil {
+			return outcomeOther, err
+		}
+		return authzOutcome(codes.Code(resp.GetStatus().GetCode()), int32(resp.GetDeniedResponse().GetStatus().GetCode()))
+	}
+}
+
+// buildCheckRequests prepares one Check request per key: an HTTP request
+// whose tenant header (-key, e.g. x-tenant-id) takes one of -keys values, as
+// Envoy's ext_authz filter sends it: a GET of -path on host bench.
+func buildCheckRequests(cfg config) []*authv3.CheckRequest {
 	reqs := make([]*authv3.CheckRequest, cfg.keys)
 	for k := range reqs {
 		reqs[k] = &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
@@ -31,18 +43,17 @@ func authzCaller(conn grpc.ClientConnInterface, cfg config) caller {
 			}},
 		}}
 	}
-	return func(ctx context.Context, i int) (outcome, error) {
-		resp, err := c.Check(ctx, reqs[i%len(reqs)])
-		if err != nil {
-			return outcomeOther, err
-		}
-		switch code := codes.Code(resp.GetStatus().GetCode()); {
-		case code == codes.OK:
-			return outcomeOK, nil
-		case resp.GetDeniedResponse().GetStatus().GetCode() == 429:
-			return outcomeOver, nil
-		default:
-			return outcomeOther, fmt.Errorf("denied: status %s, HTTP %d", code, resp.GetDeniedResponse().GetStatus().GetCode())
-		}
+	return reqs
+}
+
+// authzOutcome classifies a Check response by its status code and its
+// denied response's HTTP status: a denial with 429 counts as over the limit.
+func authzOutcome(code codes.Code, deniedHTTP int32) (outcome, error) {
+	switch {
+	case code == codes.OK:
+		return outcomeOK, nil
+	case deniedHTTP == 429:
+		return outcomeOver, nil
 	}
+	return outcomeOther, fmt.Errorf("denied: status %s, HTTP %d", code, deniedHTTP)
 }

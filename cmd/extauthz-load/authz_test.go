@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"net"
 	"sync/atomic"
 	"testing"
 
@@ -44,26 +41,16 @@ func (f *fakeAuthz) Check(_ context.Context, r *authv3.CheckRequest) (*authv3.Ch
 // not in the report.
 func TestAuthzModeWarmsUpUnrecorded(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	f := &fakeAuthz{}
-	authv3.RegisterAuthorizationServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	var out bytes.Buffer
-	err = run([]string{"-addr", lis.Addr().String(), "-api", "authz", "-key", "x-tenant-id", "-keys", "2",
-		"-concurrency", "2", "-warmup", "300ms", "-duration", "200ms", "-json"}, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r report
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("output %q: %v", out.String(), err)
-	}
-	if r.OK == 0 || r.Over == 0 || r.Errors != 0 {
-		t.Fatalf("report %+v, want admitted and 429 calls and no errors", r)
+	for _, client := range clients {
+		t.Run(client, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeAuthz{}
+			addr, _ := serveGRPC(t, func(s *grpc.Server) { authv3.RegisterAuthorizationServer(s, f) })
+			r := runJSON(t, "-client", client, "-addr", addr, "-api", "authz", "-key", "x-tenant-id", "-keys", "2",
+				"-concurrency", "2", "-warmup", "300ms", "-duration", "200ms")
+			if r.OK == 0 || r.Over == 0 || r.Errors != 0 {
+				t.Fatalf("report %+v, want admitted and 429 calls and no errors", r)
+			}
+		})
 	}
 }

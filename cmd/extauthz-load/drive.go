@@ -36,21 +36,34 @@ type caller func(ctx context.Context, i int) (outcome, error)
 // multiplexes calls over HTTP/2) for cfg.warmup unrecorded, then until
 // cfg.duration has passed.
 func drive(ctx context.Context, cfg config) (report, error) {
-	conn, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	call, closeConn, err := newCaller(cfg)
 	if err != nil {
-		return report{}, fmt.Errorf("dial %s: %w", cfg.addr, err)
+		return report{}, err
 	}
-	defer conn.Close()
-	call := rlsCaller(conn, cfg)
-	if cfg.api == apiAuthz {
-		call = authzCaller(conn, cfg)
-	}
+	defer closeConn()
 	if cfg.warmup > 0 {
 		if _, err := runFor(ctx, cfg, cfg.warmup, call); err != nil {
 			return report{}, err
 		}
 	}
 	return runFor(ctx, cfg, cfg.duration, call)
+}
+
+// newCaller opens the -client's connection and returns the -api's caller
+// over it, and what closes the connection.
+func newCaller(cfg config) (caller, func(), error) {
+	if cfg.client == clientH2 {
+		return newH2Caller(cfg)
+	}
+	conn, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial %s: %w", cfg.addr, err)
+	}
+	call := rlsCaller(conn, cfg)
+	if cfg.api == apiAuthz {
+		call = authzCaller(conn, cfg)
+	}
+	return call, func() { _ = conn.Close() }, nil
 }
 
 // runFor runs the workers for d and summarizes what they measured.
@@ -101,22 +114,28 @@ func work(ctx context.Context, call caller, w int, cfg config, t *tally) {
 	}
 }
 
-// rlsCaller calls ShouldRateLimit with one descriptor per key.
+// rlsCaller calls ShouldRateLimit over grpc-go with one descriptor per key.
 func rlsCaller(conn grpc.ClientConnInterface, cfg config) caller {
 	c := rlsv3.NewRateLimitServiceClient(conn)
 	reqs := buildRequests(cfg)
 	return func(ctx context.Context, i int) (outcome, error) {
 		resp, err := c.ShouldRateLimit(ctx, reqs[i%len(reqs)])
-		switch {
-		case err != nil:
+		if err != nil {
 			return outcomeOther, err
-		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
-			return outcomeOver, nil
-		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-			return outcomeOK, nil
 		}
-		return outcomeOther, fmt.Errorf("overall_code %s", resp.GetOverallCode())
+		return rlsOutcome(resp.GetOverallCode())
 	}
+}
+
+// rlsOutcome classifies a ShouldRateLimit response by its overall code.
+func rlsOutcome(code rlsv3.RateLimitResponse_Code) (outcome, error) {
+	switch code {
+	case rlsv3.RateLimitResponse_OVER_LIMIT:
+		return outcomeOver, nil
+	case rlsv3.RateLimitResponse_OK:
+		return outcomeOK, nil
+	}
+	return outcomeOther, fmt.Errorf("overall_code %s", code)
 }
 
 // buildRequests prepares one request per distinct key, so the loop itself

@@ -26,6 +26,12 @@ import (
 	"time"
 )
 
+// Client names for -client.
+const (
+	clientGRPC = "grpc"
+	clientH2   = "h2"
+)
+
 // maxDuration bounds a run so a typo cannot load a shared machine for hours.
 const maxDuration = 10 * time.Minute
 
@@ -63,6 +69,7 @@ type config struct {
 	timeout     time.Duration
 	warmup      time.Duration
 	api         string
+	client      string
 	path        string
 	jsonOut     bool
 }
@@ -82,6 +89,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", time.Second, "deadline of each call")
 	fs.DurationVar(&c.warmup, "warmup", 0, "calls made before the measured run, not recorded (at most 10m)")
 	fs.StringVar(&c.api, "api", apiRLS, "rls: ShouldRateLimit; authz: ext_authz Check of GET -path with header -key set to one of -keys values")
+	fs.StringVar(&c.client, "client", clientGRPC, "grpc: the grpc-go client; h2: a lean gRPC-over-HTTP/2 client that batches writes, as Envoy does")
 	fs.StringVar(&c.path, "path", "/bench", "request path for -api authz")
 	fs.BoolVar(&c.jsonOut, "json", false, "print one JSON object instead of text")
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +110,8 @@ func parseFlags(args []string) (config, error) {
 		err = fmt.Errorf("-warmup must be in [0, %s]", maxDuration)
 	case c.api != apiRLS && c.api != apiAuthz:
 		err = fmt.Errorf("-api must be %s or %s", apiRLS, apiAuthz)
+	case c.client != clientGRPC && c.client != clientH2:
+		err = fmt.Errorf("-client must be %s or %s", clientGRPC, clientH2)
 	case c.timeout <= 0:
 		err = errors.New("-timeout must be positive")
 	case c.keyName == "" || c.domain == "":

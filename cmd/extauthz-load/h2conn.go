@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+const (
+	// recvWindow is the connection-level receive window: HTTP/2's initial
+	// 64 KiB, credited back once half of it is consumed.
+	recvWindow = 65535
+	// streamRecvWindow is the stream-level receive window we advertise, so a
+	// stream never needs credit: responses are small and streams short.
+	streamRecvWindow = math.MaxInt32
+	// maxStreamID is the last client stream id HTTP/2 allows.
+	maxStreamID = math.MaxInt32
+)
+
+// h2conn is one HTTP/2 connection carrying unary gRPC calls. Callers append
+// their frames to a shared buffer under mu; one goroutine writes whatever
+// accumulated with one Write (so, under load, many requests share a
+// syscall, as Envoy's event loop does), and one goroutine reads.
+type h2conn struct {
+	nc   net.Conn
+	wake chan struct{} // a write is pending; capacity 1
+	done chan struct{} // closed when the read loop ends
+	wg   sync.WaitGroup
+
+	mu         sync.Mutex
+	pend       frameBuf      // frames not yet written
+	out        *http2.Framer // writes into pend
+	streams    map[uint32]*h2stream
+	nextID     uint32
+	sendWin    int64  // connection-level send window
+	streamWin  int64  // the server's initial stream-level window
+	maxStreams uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS
+	recvUsed   uint32 // DATA bytes received and not yet credited back
+	credit     chan struct{}
+	err        error // set once no new stream may start
+}
+
+// frameBuf is the writer the frames are appended to.
+type frameBuf struct{ b []byte }
+
+func (f *frameBuf) Write(p []byte) (int, error) {
+	f.b = append(f.b, p...)
+	return len(p), nil
+}
+
+// h2stream is one call's state, reused across calls; the read loop fills it
+// while it is in streams.
+type h2stream struct {
+	id         uint32
+	httpStatus string
+	grpcStatus int // -1 until a grpc-status arrives
+	grpcMsg    string
+	body       []byte // DATA payload
+	err        error  // stream or connection failure
+	done       chan struct{}
+}
+
+func newH2Stream() *h2stream { return &h2stream{done: make(chan struct{}, 1)} }
+
+// dialH2 connects and starts the connection's loops. A connection that
+// cannot be made is returned failed, so calls over it fail as grpc-go's do.
+func dialH2(ctx context.Context, addr string) *h2conn {
+	c := &h2conn{
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		streams:    make(map[uint32]*h2stream),
+		nextID:     1,
+		sendWin:    65535,
+		streamWin:  65535,
+		maxStreams: math.MaxUint32,
+	}
+	c.out = http2.NewFramer(&c.pend, nil)
+	nc, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		c.err = fmt.Errorf("dial %s: %w", addr, err)
+		close(c.done)
+		return c
+	}
+	c.nc = nc
+	c.pend.b = append(c.pend.b, http2.ClientPreface...)
+	_ = c.out.WriteSettings(
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamRecvWindow})
+	c.kick()
+	fr := http2.NewFramer(nil, nc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.SetReuseFrames()
+	c.wg.Add(2)
+	go c.readLoop(fr)
+	go c.writeLoop()
+	return c
+}
+
+// close ends the connection and waits for its loops.
+func (c *h2conn) close() {
+	if c.nc != nil {
+		_ = c.nc.Close()
+	}
+	c.wg.Wait()
+}
+
+// kick wakes the write loop; mu is held.
+func (c *h2conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// grant wakes callers waiting for window or a stream slot; mu is held.
+func (c *h2conn) grant() {
+	if c.credit != nil {
+		close(c.credit)
+		c.credit = nil
+	}
+}
+
+func (c *h2conn) writeLoop() {
+	defer c.wg.Done()
+	var spare []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		buf := c.pend.b
+		c.pend.b = spare[:0]
+		c.mu.Unlock()
+		if _, err := c.nc.Write(buf); err != nil {
+			_ = c.nc.Close() // the read loop fails the calls
+			return
+		}
+		spare = buf
+	}
+}
+
+func (c *h2conn) readLoop(fr *http2.Framer) {
+	defer c.wg.Done()
+	defer close(c.done)
+	for {
+		f, err := fr.ReadFrame()
+		if err == nil {
+			err = c.handle(f)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			c.mu.Lock()
+			c.fail(fmt.Errorf("connection: %w", err), 0)
+			c.mu.Unlock()
+			_ = c.nc.Close()
+			return
+		}
+	}
+}
+
+func (c *h2conn) handle(f http2.Frame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		c.onHeaders(f)
+	case *http2.DataFrame:
+		c.onData(f)
+	case *http2.RSTStreamFrame:
+		if s := c.streams[f.StreamID]; s != nil {
+			s.err = fmt.Errorf("stream reset by the server: %s", f.ErrCode)
+			c.complete(s)
+		}
+	case *http2.SettingsFrame:
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			_ = c.out.WritePing(true, f.Data)
+			c.kick()
+		}
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.GoAwayFrame:
+		c.fail(fmt.Errorf("server sent GOAWAY %s %q", f.ErrCode, f.DebugData()), f.LastStreamID)
+	}
+	return nil
+}
+
+// onHeaders takes a response's headers or trailers; a trailers-only
+// response carries both in one block.
+func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) {
+	s := c.streams[f.StreamID]
+	if s == nil {
+		return // a call that timed out
+	}
+	for _, hf := range f.Fields {
+		switch hf.Name {
+		case ":status":
+			s.httpStatus = hf.Value
+		case "grpc-status":
+			if n, err := strconv.Atoi(hf.Value); err == nil {
+				s.grpcStatus = n
+			}
+		case "grpc-message":
+			s.grpcMsg = hf.Value
+		}
+	}
+	if f.StreamEnded() {
+		c.complete(s)
+	}
+}
+
+// onData collects a response's message and credits the connection window
+// back once half of it is used (streams never need credit).
+func (c *h2conn) onData(f *http2.DataFrame) {
+	c.recvUsed += f.Length
+	if c.recvUsed >= recvWindow/2 {
+		_ = c.out.WriteWindowUpdate(0, c.recvUsed)
+		c.recvUsed = 0
+		c.kick()
+	}
+	if s := c.streams[f.StreamID]; s != nil {
+		s.body = append(s.body, f.Data()...)
+		if f.StreamEnded() {
+			c.complete(s)
+		}
+	}
+}
+
+func (c *h2conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			c.streamWin = int64(s.Val)
+		case http2.SettingMaxConcurrentStreams:
+			c.maxStreams = s.Val
+		}
+		return nil
+	})
+	_ = c.out.WriteSettingsAck()
+	c.kick()
+	c.grant()
+	return err
+}
+
+// onWindowUpdate adds send credit. Stream-level updates need no book:
+// a request is sent whole when its stream opens, within the initial window.
+func (c *h2conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	if f.StreamID != 0 {
+		return nil
+	}
+	c.sendWin += int64(f.Increment)
+	if c.sendWin > math.MaxInt32 {
+		return errors.New("connection send window overflow")
+	}
+	c.grant()
+	return nil
+}
+
+// fail stops new streams and fails the open ones above last, the last
+// stream the server will still answer (0: all of them); mu is held.
+func (c *h2conn) fail(err error, last uint32) {
+	if c.err == nil {
+		c.err = err
+	}
+	for id, s := range c.streams {
+		if id > last || last == 0 {
+			s.err = err
+			c.complete(s)
+		}
+	}
+	c.grant()
+}
+
+// complete hands a finished stream back to its caller; mu is held.
+func (c *h2conn) complete(s *h2stream) {
+	delete(c.streams, s.id)
+	c.grant()
+	s.done <- struct{}{}
+}
