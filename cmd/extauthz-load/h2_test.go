@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -141,5 +143,40 @@ func TestH2ServerStops(t *testing.T) {
 				t.Fatal("the tool did not return after the server stopped")
 			}
 		})
+	}
+}
+
+// busyRLS answers OK and records the most calls it had in flight at once.
+type busyRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	inFlight, most atomic.Int64
+}
+
+func (f *busyRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
+	}
+	runtime.Gosched() // let other calls overlap this one
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+}
+
+// TestH2MaxConcurrentStreams: 64 callers against a server that allows 4
+// streams at once: the client keeps to the limit (grpc-go refuses a stream
+// above it, which would count as an error) and every call succeeds.
+func TestH2MaxConcurrentStreams(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.MaxConcurrentStreams(4))
+	f := &busyRLS{}
+	rlsv3.RegisterRateLimitServiceServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	r := runJSON(t, "-client", clientH2, "-addr", lis.Addr().String(), "-concurrency", "64", "-duration", "300ms")
+	if r.OK == 0 || r.Errors != 0 || f.most.Load() > 4 {
+		t.Fatalf("report %+v, %d calls in flight at most; want only OK calls, at most 4 at once", r, f.most.Load())
 	}
 }

@@ -125,7 +125,8 @@ func (c *h2conn) roundTrip(ctx context.Context, s *h2stream, hdr, body []byte) e
 	return status.Error(codes.DeadlineExceeded, ctx.Err().Error())
 }
 
-// open starts s once the server's windows and stream limit allow, with
+// open starts s once the server's SETTINGS arrived and its windows and
+// stream limit allow, with
 // the stream id taken under the lock that orders the frames. Over a failed
 // connection the call waits out its deadline, so a dead server does not
 // turn the workers into a busy loop.

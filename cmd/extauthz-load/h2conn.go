@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 
@@ -42,10 +44,23 @@ type h2conn struct {
 	nextID     uint32
 	sendWin    int64  // connection-level send window
 	streamWin  int64  // the server's initial stream-level window
-	maxStreams uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS
+	maxStreams uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS; 0 until its SETTINGS
+	settled    bool   // the server's first SETTINGS arrived
 	recvUsed   uint32 // DATA bytes received and not yet credited back
 	credit     chan struct{}
 	err        error // set once no new stream may start
+
+	dec *hpack.Decoder // the server's header blocks, in order; read loop only
+	blk headerBlock    // the block being decoded; read loop only
+}
+
+// headerBlock is what a response's header block (headers, trailers, or
+// both for a trailers-only response) says.
+type headerBlock struct {
+	httpStatus string
+	grpcStatus int // -1: absent
+	grpcMsg    string
+	endStream  bool
 }
 
 // frameBuf is the writer the frames are appended to.
@@ -74,13 +89,12 @@ func newH2Stream() *h2stream { return &h2stream{done: make(chan struct{}, 1)} }
 // cannot be made is returned failed, so calls over it fail as grpc-go's do.
 func dialH2(ctx context.Context, addr string) *h2conn {
 	c := &h2conn{
-		wake:       make(chan struct{}, 1),
-		done:       make(chan struct{}),
-		streams:    make(map[uint32]*h2stream),
-		nextID:     1,
-		sendWin:    65535,
-		streamWin:  65535,
-		maxStreams: math.MaxUint32,
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		streams:   make(map[uint32]*h2stream),
+		nextID:    1,
+		sendWin:   65535,
+		streamWin: 65535,
 	}
 	c.out = http2.NewFramer(&c.pend, nil)
 	nc, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
@@ -95,8 +109,8 @@ func dialH2(ctx context.Context, addr string) *h2conn {
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
 		http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamRecvWindow})
 	c.kick()
-	fr := http2.NewFramer(nil, nc)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr := http2.NewFramer(nil, bufio.NewReaderSize(nc, 64<<10)) // one read for many frames
+	c.dec = hpack.NewDecoder(4096, c.onField)
 	fr.SetReuseFrames()
 	c.wg.Add(2)
 	go c.readLoop(fr)
@@ -137,6 +151,9 @@ func (c *h2conn) writeLoop() {
 		case <-c.done:
 			return
 		}
+		// Let the callers the read loop just woke append their requests
+		// first, so one write carries them all.
+		runtime.Gosched()
 		c.mu.Lock()
 		buf := c.pend.b
 		c.pend.b = spare[:0]
@@ -171,11 +188,16 @@ func (c *h2conn) readLoop(fr *http2.Framer) {
 }
 
 func (c *h2conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.HeadersFrame:
+		c.blk = headerBlock{grpcStatus: -1, endStream: f.StreamEnded()}
+		return c.onHeaderFragment(f.StreamID, f.HeaderBlockFragment(), f.HeadersEnded())
+	case *http2.ContinuationFrame: // the Framer checks it follows its HEADERS
+		return c.onHeaderFragment(f.StreamID, f.HeaderBlockFragment(), f.HeadersEnded())
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch f := f.(type) {
-	case *http2.MetaHeadersFrame:
-		c.onHeaders(f)
 	case *http2.DataFrame:
 		c.onData(f)
 	case *http2.RSTStreamFrame:
@@ -198,27 +220,49 @@ func (c *h2conn) handle(f http2.Frame) error {
 	return nil
 }
 
-// onHeaders takes a response's headers or trailers; a trailers-only
-// response carries both in one block.
-func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) {
-	s := c.streams[f.StreamID]
+// onHeaderFragment decodes a header block fragment outside the lock (the
+// decoder is the read loop's) and, at the block's end, hands what it said
+// to its stream. Every block is decoded, a dropped call's too: the server
+// indexes fields in the dynamic table they share.
+func (c *h2conn) onHeaderFragment(id uint32, frag []byte, end bool) error {
+	if _, err := c.dec.Write(frag); err != nil {
+		return err
+	}
+	if !end {
+		return nil
+	}
+	if err := c.dec.Close(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.streams[id]
 	if s == nil {
-		return // a call that timed out
+		return nil // a call that timed out
 	}
-	for _, hf := range f.Fields {
-		switch hf.Name {
-		case ":status":
-			s.httpStatus = hf.Value
-		case "grpc-status":
-			if n, err := strconv.Atoi(hf.Value); err == nil {
-				s.grpcStatus = n
-			}
-		case "grpc-message":
-			s.grpcMsg = hf.Value
-		}
+	if c.blk.httpStatus != "" {
+		s.httpStatus = c.blk.httpStatus
 	}
-	if f.StreamEnded() {
+	if c.blk.grpcStatus >= 0 {
+		s.grpcStatus, s.grpcMsg = c.blk.grpcStatus, c.blk.grpcMsg
+	}
+	if c.blk.endStream {
 		c.complete(s)
+	}
+	return nil
+}
+
+// onField notes the fields a call's outcome depends on.
+func (c *h2conn) onField(f hpack.HeaderField) {
+	switch f.Name {
+	case ":status":
+		c.blk.httpStatus = f.Value
+	case "grpc-status":
+		if n, err := strconv.Atoi(f.Value); err == nil {
+			c.blk.grpcStatus = n
+		}
+	case "grpc-message":
+		c.blk.grpcMsg = f.Value
 	}
 }
 
@@ -242,6 +286,9 @@ func (c *h2conn) onData(f *http2.DataFrame) {
 func (c *h2conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
+	}
+	if !c.settled { // no limit unless the server's first SETTINGS sets one
+		c.settled, c.maxStreams = true, math.MaxUint32
 	}
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		switch s.ID {
