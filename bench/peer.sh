@@ -16,6 +16,9 @@
 #   xaallotgcra  extauthz on Redis, gcra with consistency: allotment
 # Each run: ShouldRateLimit with one descriptor over one gRPC connection,
 # 10,000 keys, a limit never reached, a warm-up run then a measured run.
+# The load tool's client is LOAD_CLIENT: h2 (its lean HTTP/2 client, about a
+# third of grpc-go's CPU per call, which shares the cores with the servers)
+# or grpc (grpc-go, as the runs recorded before it).
 # CPU of the server and of Redis comes from /proc/<pid>/stat (utime+stime)
 # around the measured run. Then ext_authz Check with one HTTP limit on
 # Redis (xa, and base if set). Then the hot keys (api "rlshot" in the rows):
@@ -33,7 +36,7 @@
 #   DURATION (8s), WARMUP (1s), KEYS (10000), CHECK_CONCS ("1 16 64"),
 #   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer), MAX_BATCH (128,
 #   extauthz's EXTAUTHZ_REDIS_MAX_BATCH for xa; the baseline predates it),
-#   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"). Any list of
+#   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"), LOAD_CLIENT (h2). Any list of
 #   concurrencies set empty skips its runs, e.g. only the hot keys:
 #   CONCS= GCRA_CONCS= ALLOT_CONCS= CHECK_CONCS= ROUNDS=8 bench/peer.sh
 # Needs: go, redis-server, redis-cli, curl, jq, python3.
@@ -54,6 +57,7 @@ BASELINE=${BASELINE:-}
 HOT_KEYS=${HOT_KEYS:-10}
 HOT_CONCS=${HOT_CONCS-64}
 ALLOT_CONCS=${ALLOT_CONCS-64}
+LOAD_CLIENT=${LOAD_CLIENT:-h2}
 
 . bench/lib.sh # work, pids, cleanup, freeport, cputicks, hz
 
@@ -182,7 +186,7 @@ run() {
 	esac
 	[ "$api" = authz ] && key=x-tenant-id
 	[ "$api" = rlshot ] && keys=$HOT_KEYS loadapi=rls
-	local args=(-addr "$addr" -api "$loadapi" -domain "$domain" -key "$key" -keys "$keys" -concurrency "$conc")
+	local args=(-client "$LOAD_CLIENT" -addr "$addr" -api "$loadapi" -domain "$domain" -key "$key" -keys "$keys" -concurrency "$conc")
 	"$work/extauthz-load" "${args[@]}" -duration "$WARMUP" >/dev/null
 	x0=$(cputicks "$pid")
 	r0=$(cputicks "$rpid")
