@@ -16,7 +16,7 @@
 #   xaallotgcra  extauthz on Redis, gcra with consistency: allotment
 # Each run: ShouldRateLimit with one descriptor over one gRPC connection,
 # 10,000 keys, a limit never reached, a warm-up run then a measured run.
-# The load tool's client is LOAD_CLIENT: h2 (its lean HTTP/2 client, about a
+# The load tool's client is LOAD_CLIENT: h2 (its lean HTTP/2 client, under a
 # third of grpc-go's CPU per call, which shares the cores with the servers)
 # or grpc (grpc-go, as the runs recorded before it).
 # CPU of the server and of Redis comes from /proc/<pid>/stat (utime+stime)

@@ -35,7 +35,9 @@ func newH2Caller(cfg config) (caller, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	c := dialH2(context.Background(), cfg.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	c := dialH2(ctx, cfg.addr)
 	return h2Caller(c, requestHeaders(path, cfg.addr), bodies, decode), c.close, nil
 }
 

@@ -85,7 +85,7 @@ type h2stream struct {
 
 func newH2Stream() *h2stream { return &h2stream{done: make(chan struct{}, 1)} }
 
-// dialH2 connects and starts the connection's loops. A connection that
+// dialH2 connects (within ctx) and starts the connection's loops. A connection that
 // cannot be made is returned failed, so calls over it fail as grpc-go's do.
 func dialH2(ctx context.Context, addr string) *h2conn {
 	c := &h2conn{

@@ -9,7 +9,7 @@
 // -client picks the gRPC client: grpc (grpc-go, the default) or h2, a lean
 // client of its own over one HTTP/2 connection: requests and their header
 // block encoded once, frames of many calls written in one syscall as
-// Envoy's event loop does, about a third of grpc-go's CPU per call, so that
+// Envoy's event loop does, under a third of grpc-go's CPU per call, so that
 // on a machine shared with the server the tool measures the server.
 //
 // Each call carries one descriptor whose last entry takes one of -keys
