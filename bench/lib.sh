@@ -13,6 +13,12 @@ trap cleanup EXIT
 
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# stealticks: the machine's steal and total clock ticks so far ("steal total"),
+# from /proc/stat; steal_pct BEFORE AFTER: the share of the time between two
+# readings that the hypervisor gave to others (a run slowed by a neighbour
+# shows here, not in our own CPU counts).
+stealticks() { awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9 "," t}' /proc/stat; }
+steal_pct() { awk -v a="$1" -v b="$2" 'BEGIN{split(a, x, ","); split(b, y, ","); d = y[2] - x[2]; printf "%.1f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0)}'; }
 hz=$(getconf CLK_TCK)
 
 # start_redis: a throwaway redis-server on a free loopback port (never

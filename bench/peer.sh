@@ -176,7 +176,7 @@ done
 # run SERVICE API CONC ROUND: a warm-up run, then a measured run; appends
 # one row to $work/rows.tsv.
 run() {
-	local svc=$1 api=$2 conc=$3 round=$4 pid addr domain=bench key=user keys=$KEYS loadapi=$2 x0 r0 x1 r1 out
+	local svc=$1 api=$2 conc=$3 round=$4 pid addr domain=bench key=user keys=$KEYS loadapi=$2 x0 r0 x1 r1 s0 s1 out
 	pid=pid_$svc addr=addr_$svc
 	pid=${!pid} addr=${!addr}
 	case $svc in
@@ -190,16 +190,18 @@ run() {
 	"$work/extauthz-load" "${args[@]}" -duration "$WARMUP" >/dev/null
 	x0=$(cputicks "$pid")
 	r0=$(cputicks "$rpid")
+	s0=$(stealticks)
 	out=$("$work/extauthz-load" "${args[@]}" -duration "$DURATION" -json)
 	x1=$(cputicks "$pid")
 	r1=$(cputicks "$rpid")
+	s1=$(stealticks)
 	jq -r --arg svc "$svc" --arg api "$api" --arg conc "$conc" --arg round "$round" \
 		--argjson x "$((x1 - x0))" --argjson r "$((r1 - r0))" --argjson hz "$hz" \
-		--arg load "$(cut -d' ' -f1 /proc/loadavg)" '
+		--arg load "$(cut -d' ' -f1 /proc/loadavg)" --arg steal "$(steal_pct "$s0" "$s1")" '
 		[$round, $api, $svc, $conc, (.requests_per_second | floor), (.p50_ns / 1000 | floor),
 		 (.p99_ns / 1000 | floor), .ok, .over_limit, .errors,
 		 (if .requests > 0 then ($x * 1e6 / $hz / .requests * 10 | floor) / 10 else 0 end),
-		 (if .requests > 0 then ($r * 1e6 / $hz / .requests * 10 | floor) / 10 else 0 end), $load] | @tsv' \
+		 (if .requests > 0 then ($r * 1e6 / $hz / .requests * 10 | floor) / 10 else 0 end), $load, $steal] | @tsv' \
 		<<<"$out" | tee -a "$work/rows.tsv" >&2
 	# A failed call is rare and worth its reason (the rows only count it).
 	jq -r --arg svc "$svc" --arg conc "$conc" 'select(.errors > 0) |
@@ -209,8 +211,8 @@ run() {
 echo "Machine: $(nproc) CPUs, $(uname -sr), redis $(redis-server --version | awk '{print $3}'), peer $(git -C "$PEER_SRC" rev-parse --short HEAD 2>/dev/null || echo '?'), extauthz $(git rev-parse --short HEAD)${BASELINE:+, baseline $BASELINE}"
 echo "uptime at start: $(uptime)"
 echo "Runs: $WARMUP warm-up + $DURATION measured, $KEYS keys, one connection; rounds: $ROUNDS"
-printf 'round\tapi\tservice\tconcurrency\trps\tp50_us\tp99_us\tok\tover\terrors\tserver_cpu_us\tredis_cpu_us\tload1\n' >"$work/rows.tsv"
-echo "(rows as they come: round api service concurrency rps p50 p99 ok over errors server-CPU/req Redis-CPU/req load1)" >&2
+printf 'round\tapi\tservice\tconcurrency\trps\tp50_us\tp99_us\tok\tover\terrors\tserver_cpu_us\tredis_cpu_us\tload1\tsteal_pct\n' >"$work/rows.tsv"
+echo "(rows as they come: round api service concurrency rps p50 p99 ok over errors server-CPU/req Redis-CPU/req load1 steal%)" >&2
 # has WORD LIST...: whether WORD is one of LIST.
 has() {
 	local w=$1

@@ -17,7 +17,8 @@
 #   KIND (cpu; or allocs: the allocations made while the load ran, by
 #   function, with the allocations per decision), CONSISTENCY (exact; or
 #   allotment: the limit decided from leased slices), STORE (redis; or
-#   memory: the in-process store, no Redis).
+#   memory: the in-process store, no Redis), LOAD_CLIENT (h2, the load
+#   tool's lean client, as bench/peer.sh; or grpc).
 # Needs: go, redis-server, redis-cli, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,7 @@ case $KIND in cpu | allocs) ;; *) echo "KIND is cpu or allocs, not $KIND" >&2; e
 CONSISTENCY=${CONSISTENCY:-exact}
 case $CONSISTENCY in exact | allotment) ;; *) echo "CONSISTENCY is exact or allotment, not $CONSISTENCY" >&2; exit 2 ;; esac
 STORE=${STORE:-redis}
+LOAD_CLIENT=${LOAD_CLIENT:-h2}
 case $STORE in redis | memory) ;; *) echo "STORE is redis or memory, not $STORE" >&2; exit 2 ;; esac
 
 . bench/lib.sh # work, pids, cleanup, freeport
@@ -67,7 +69,7 @@ env EXTAUTHZ_GRPC_ADDR="127.0.0.1:$gport" EXTAUTHZ_HTTP_ADDR="127.0.0.1:$hport" 
 pids+=($!)
 for _ in $(seq 150); do curl -fsS "http://127.0.0.1:$hport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 
-load=(-addr "127.0.0.1:$gport" -domain bench -key user -keys "$KEYS" -concurrency "$CONC")
+load=(-client "$LOAD_CLIENT" -addr "127.0.0.1:$gport" -domain bench -key user -keys "$KEYS" -concurrency "$CONC")
 "$work/extauthz-load" "${load[@]}" -duration 1s >/dev/null
 "$work/extauthz-load" "${load[@]}" -duration "$((SECONDS_PROFILED + 2))s" >"$work/load.txt" &
 loadpid=$!
