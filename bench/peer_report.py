@@ -72,6 +72,13 @@ def ratios(med, svc, ref, api="rls"):
     print()
 
 
+def steal(row):
+    """The hypervisor's steal during a run, in percent ("?" in rows from
+    before bench/peer.sh recorded it): a neighbour's share, which slows a
+    run without showing in its own CPU counts."""
+    return row.get("steal_pct") or "?"
+
+
 def per_round(path, svc, ref, api="rls"):
     """Prints svc/ref throughput and CPU ratios of each round: the spread the
     medians hide."""
@@ -85,8 +92,8 @@ def per_round(path, svc, ref, api="rls"):
         return
     print(f"Per round, {svc} / {ref} ({api}):")
     print()
-    print("| concurrency | round | throughput | server+Redis CPU/req |")
-    print("|---|---|---|---|")
+    print("| concurrency | round | throughput | server+Redis CPU/req | steal % (both runs) |")
+    print("|---|---|---|---|---|")
     pairs = defaultdict(list)
     for rnd, c in keys:
         x, p = runs[(rnd, api, svc, c)], runs[(rnd, api, ref, c)]
@@ -95,13 +102,13 @@ def per_round(path, svc, ref, api="rls"):
         tr = float(x["rps"]) / float(p["rps"]) if float(p["rps"]) else 0
         cr = cx / cp if cp else 0
         pairs[c].append((tr, cr))
-        print(f"| {c} | {rnd} | {tr:.2f}× | {cr:.2f}× |")
+        print(f"| {c} | {rnd} | {tr:.2f}× | {cr:.2f}× | {steal(x)} / {steal(p)} |")
     # The median of the rounds' ratios: each pairs two runs minutes apart,
     # so a machine that drifts over the run moves it less than the ratio of
     # the medians above.
     for c, rs in pairs.items():
         print(f"| {c} | median | **{statistics.median(t for t, _ in rs):.2f}×** "
-              f"| **{statistics.median(r for _, r in rs):.2f}×** |")
+              f"| **{statistics.median(r for _, r in rs):.2f}×** | |")
     print()
 
 
