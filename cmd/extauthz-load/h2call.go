@@ -27,11 +27,15 @@ const (
 // newH2Caller opens the h2 client's connection and returns the -api's
 // caller over it: the same requests as the grpc client's, encoded once.
 func newH2Caller(cfg config) (caller, func(), error) {
-	path, msgs, decode := pathShouldRateLimit, protoMessages(buildRequests(cfg)), decodeRLS
+	path, decode := pathShouldRateLimit, decodeRLS
+	var bodies [][]byte
+	var err error
 	if cfg.api == apiAuthz {
-		path, msgs, decode = pathCheck, protoMessages(buildCheckRequests(cfg)), decodeCheck
+		path, decode = pathCheck, decodeCheck
+		bodies, err = grpcFrames(buildCheckRequests(cfg))
+	} else {
+		bodies, err = grpcFrames(buildRequests(cfg))
 	}
-	bodies, err := grpcFrames(msgs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -41,17 +45,9 @@ func newH2Caller(cfg config) (caller, func(), error) {
 	return h2Caller(c, requestHeaders(path, cfg.addr), bodies, decode), c.close, nil
 }
 
-func protoMessages[M proto.Message](reqs []M) []proto.Message {
-	out := make([]proto.Message, len(reqs))
-	for i, r := range reqs {
-		out[i] = r
-	}
-	return out
-}
-
 // grpcFrames marshals each request behind gRPC's 5-byte message prefix
 // (uncompressed, big-endian length), each to go in one DATA frame.
-func grpcFrames(msgs []proto.Message) ([][]byte, error) {
+func grpcFrames[M proto.Message](msgs []M) ([][]byte, error) {
 	out := make([][]byte, len(msgs))
 	for i, m := range msgs {
 		b, err := proto.Marshal(m)
