@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"sync"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
@@ -42,7 +44,7 @@ func newH2Caller(cfg config) (caller, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
 	c := dialH2(ctx, cfg.addr)
-	return h2Caller(c, requestHeaders(path, cfg.addr), bodies, decode), c.close, nil
+	return h2Caller(c, requestHeaders(path, cfg.addr, cfg.timeout), bodies, decode), c.close, nil
 }
 
 // grpcFrames marshals each request behind gRPC's 5-byte message prefix
@@ -63,24 +65,51 @@ func grpcFrames[M proto.Message](msgs []M) ([][]byte, error) {
 	return out, nil
 }
 
-// requestHeaders encodes a call's header block once, every field a
-// never-indexed literal: encoding it leaves the server's dynamic table as it
-// was, so the same block is valid on every stream.
-func requestHeaders(path, authority string) []byte {
+// requestBlocks are a call's header block encoded once, as Envoy 1.40's
+// gRPC client encodes it (observed on the wire from its rate limit
+// filter): :method and :scheme from HPACK's static table, :path a literal
+// that is never added to the table (Huffman-coded, decoded again by the
+// server on every call), and every other field added to the dynamic table
+// by the first call and indexed (one byte each) by the calls after it.
+// The server's table then never changes after the first block, so steady
+// is valid on every later stream of the connection.
+type requestBlocks struct {
+	first, steady []byte
+}
+
+// requestHeaders encodes the fields Envoy sends to a gRPC service: its
+// filter's timeout as grpc-timeout and x-envoy-expected-rq-timeout-ms, and
+// the headers its async client adds for an internal call.
+func requestHeaders(path, authority string, timeout time.Duration) requestBlocks {
 	var b bytes.Buffer
 	enc := hpack.NewEncoder(&b)
-	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", authority},
-		{"content-type", "application/grpc"}, {"te", "trailers"},
-	} {
-		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
+	ms := strconv.FormatInt(min(max(timeout.Milliseconds(), 1), 99999999), 10) // grpc-timeout has 8 digits
+	fields := []hpack.HeaderField{
+		{Name: ":method", Value: "POST"},
+		{Name: ":path", Value: path, Sensitive: true},
+		{Name: ":authority", Value: authority},
+		{Name: ":scheme", Value: "http"},
+		{Name: "te", Value: "trailers"},
+		{Name: "grpc-timeout", Value: ms + "m"},
+		{Name: "content-type", Value: "application/grpc"},
+		{Name: "x-envoy-internal", Value: "true"},
+		{Name: "x-forwarded-for", Value: "127.0.0.1"},
+		{Name: "x-envoy-expected-rq-timeout-ms", Value: ms},
 	}
-	return b.Bytes()
+	encode := func() []byte {
+		b.Reset()
+		for _, f := range fields {
+			_ = enc.WriteField(f)
+		}
+		return bytes.Clone(b.Bytes())
+	}
+	first := encode()
+	return requestBlocks{first: first, steady: encode()}
 }
 
 // h2Caller makes call i with bodies[i%len] and decodes the response with
 // decode. Stream states are pooled, so a call allocates little.
-func h2Caller(c *h2conn, hdr []byte, bodies [][]byte, decode func([]byte) (outcome, error)) caller {
+func h2Caller(c *h2conn, hdr requestBlocks, bodies [][]byte, decode func([]byte) (outcome, error)) caller {
 	pool := sync.Pool{New: func() any { return newH2Stream() }}
 	return func(ctx context.Context, i int) (outcome, error) {
 		s := pool.Get().(*h2stream)
@@ -98,7 +127,7 @@ func h2Caller(c *h2conn, hdr []byte, bodies [][]byte, decode func([]byte) (outco
 
 // roundTrip sends one request on a new stream and waits for its end or
 // ctx's. A call that times out is reset, and its late reply dropped.
-func (c *h2conn) roundTrip(ctx context.Context, s *h2stream, hdr, body []byte) error {
+func (c *h2conn) roundTrip(ctx context.Context, s *h2stream, hdr requestBlocks, body []byte) error {
 	if err := c.open(ctx, s, hdr, body); err != nil {
 		return err
 	}
@@ -128,7 +157,7 @@ func (c *h2conn) roundTrip(ctx context.Context, s *h2stream, hdr, body []byte) e
 // the stream id taken under the lock that orders the frames. Over a failed
 // connection the call waits out its deadline, so a dead server does not
 // turn the workers into a busy loop.
-func (c *h2conn) open(ctx context.Context, s *h2stream, hdr, body []byte) error {
+func (c *h2conn) open(ctx context.Context, s *h2stream, hdr requestBlocks, body []byte) error {
 	for {
 		c.mu.Lock()
 		wait, err := c.tryOpen(s, hdr, body)
@@ -149,7 +178,7 @@ func (c *h2conn) open(ctx context.Context, s *h2stream, hdr, body []byte) error 
 }
 
 // tryOpen appends s's HEADERS and DATA, or returns what to wait on; mu is held.
-func (c *h2conn) tryOpen(s *h2stream, hdr, body []byte) (<-chan struct{}, error) {
+func (c *h2conn) tryOpen(s *h2stream, hdr requestBlocks, body []byte) (<-chan struct{}, error) {
 	n := int64(len(body))
 	switch {
 	case c.err != nil:
@@ -166,7 +195,11 @@ func (c *h2conn) tryOpen(s *h2stream, hdr, body []byte) (<-chan struct{}, error)
 	c.nextID += 2
 	c.streams[s.id] = s
 	c.sendWin -= n
-	_ = c.out.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: hdr, EndHeaders: true})
+	blk := hdr.steady
+	if !c.indexed { // the frames leave in this order: the table is filled first
+		blk, c.indexed = hdr.first, true
+	}
+	_ = c.out.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: blk, EndHeaders: true})
 	_ = c.out.WriteData(s.id, true, body)
 	c.kick()
 	return nil, nil

@@ -46,6 +46,7 @@ type h2conn struct {
 	streamWin  int64  // the server's initial stream-level window
 	maxStreams uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS; 0 until its SETTINGS
 	settled    bool   // the server's first SETTINGS arrived
+	indexed    bool   // the first header block, which fills the server's table, is written
 	recvUsed   uint32 // DATA bytes received and not yet credited back
 	credit     chan struct{}
 	err        error // set once no new stream may start
@@ -296,6 +297,10 @@ func (c *h2conn) onSettings(f *http2.SettingsFrame) error {
 			c.streamWin = int64(s.Val)
 		case http2.SettingMaxConcurrentStreams:
 			c.maxStreams = s.Val
+		case http2.SettingHeaderTableSize:
+			if s.Val < 4096 { // requestBlocks index fields in a table of HPACK's default size
+				return fmt.Errorf("the server's SETTINGS_HEADER_TABLE_SIZE of %d is below the 4096 bytes the h2 client's header blocks assume", s.Val)
+			}
 		}
 		return nil
 	})
