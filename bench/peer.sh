@@ -12,6 +12,9 @@
 #   xagcra  extauthz on Redis, gcra (same process, another domain)
 #   xamem   extauthz with its in-process memory store
 #   base    extauthz built from git ref BASELINE, on Redis (only if set)
+#   floor   bench/floorrls: grpc-go answering OK with no decision, set up as
+#           extauthz's server is (unless FLOOR=0): the CPU per call and the
+#           latency that grpc-go itself costs any service built on it
 #   xaallot      extauthz on Redis, fixed_window with consistency: allotment
 #   xaallotgcra  extauthz on Redis, gcra with consistency: allotment
 # Each run: ShouldRateLimit with one descriptor over one gRPC connection,
@@ -36,7 +39,8 @@
 #   DURATION (8s), WARMUP (1s), KEYS (10000), CHECK_CONCS ("1 16 64"),
 #   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer), MAX_BATCH (128,
 #   extauthz's EXTAUTHZ_REDIS_MAX_BATCH for xa; the baseline predates it),
-#   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"), LOAD_CLIENT (h2). Any list of
+#   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"), LOAD_CLIENT (h2),
+#   FLOOR (1). Any list of
 #   concurrencies set empty skips its runs, e.g. only the hot keys:
 #   CONCS= GCRA_CONCS= ALLOT_CONCS= CHECK_CONCS= ROUNDS=8 bench/peer.sh
 # Needs: go, redis-server, redis-cli, curl, jq, python3.
@@ -58,6 +62,7 @@ HOT_KEYS=${HOT_KEYS:-10}
 HOT_CONCS=${HOT_CONCS-64}
 ALLOT_CONCS=${ALLOT_CONCS-64}
 LOAD_CLIENT=${LOAD_CLIENT:-h2}
+FLOOR=${FLOOR:-1}
 
 . bench/lib.sh # work, pids, cleanup, freeport, cputicks, hz
 
@@ -65,6 +70,7 @@ echo "building (peer from $PEER_SRC)..." >&2
 (cd "$PEER_SRC" && go build -o "$work/peer" ./src/service_cmd)
 go build -o "$work/extauthz" ./cmd/extauthz
 go build -o "$work/extauthz-load" ./cmd/extauthz-load
+go build -o "$work/floorrls" ./bench/floorrls
 if [ -n "$BASELINE" ]; then
 	mkdir "$work/base-src"
 	git archive "$BASELINE" | tar -x -C "$work/base-src"
@@ -153,12 +159,33 @@ start_peer() {
 	waitready "http://127.0.0.1:$hport/healthcheck" peer
 }
 
+# start_floor: bench/floorrls, ready once its port accepts.
+start_floor() {
+	local gport
+	gport=$(freeport)
+	"$work/floorrls" "127.0.0.1:$gport" 2>"$work/floor.log" &
+	pids+=($!)
+	pid_floor=$!
+	addr_floor="127.0.0.1:$gport"
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$gport") 2>/dev/null && return
+		sleep 0.1
+	done
+	echo "floor not ready" >&2
+	cat "$work/floor.log" >&2
+	exit 1
+}
+
 redis_env=(EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport")
 start_peer
 # Coalescing (EXTAUTHZ_REDIS_MAX_BATCH, default 128) is what xa measures.
 start_extauthz xa "$work/extauthz" "${redis_env[@]}" EXTAUTHZ_REDIS_MAX_BATCH="${MAX_BATCH:-128}"
 start_extauthz xamem "$work/extauthz"
 services=(peer xa xamem)
+if [ "$FLOOR" != 0 ]; then
+	start_floor
+	services+=(floor)
+fi
 if [ -n "$BASELINE" ]; then
 	# A baseline may predate consistency: allotment; give it the policy
 	# without those domains.

@@ -19,6 +19,7 @@ NAMES = {
     "xagcra": "extauthz (Redis, gcra)",
     "xamem": "extauthz (memory store)",
     "base": "extauthz baseline (Redis, fixed_window)",
+    "floor": "grpc-go floor (OK, no decision)",
     "xaallot": "extauthz (Redis, fixed_window, allotment)",
     "xaallotgcra": "extauthz (Redis, gcra, allotment)",
 }
@@ -126,7 +127,7 @@ def chart(med, png):
     else:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     styles = {"peer": ("tab:red", "o"), "xa": ("tab:blue", "s"), "xamem": ("tab:green", "^"),
-              "base": ("tab:gray", "x")}
+              "base": ("tab:gray", "x"), "floor": ("black", "v")}
     for svc, (color, marker) in styles.items():
         pts = sorted((c, m) for (a, s, c), m in med.items() if a == "rls" and s == svc)
         if len(pts) < 2:
@@ -174,6 +175,8 @@ def main():
     ratios(med, "xagcra", "peer")
     ratios(med, "base", "peer")
     ratios(med, "xa", "base")
+    ratios(med, "xa", "floor")
+    ratios(med, "peer", "floor")
     ratios(med, "xaallot", "xa")
     ratios(med, "xaallotgcra", "xagcra")
     if any(k[0] == "rlshot" for k in med):
@@ -183,6 +186,7 @@ def main():
     per_round(rows, "xa", "peer")
     per_round(rows, "xagcra", "peer")
     per_round(rows, "xa", "base")
+    per_round(rows, "xa", "floor")
     per_round(rows, "xaallot", "xa")
     per_round(rows, "xaallotgcra", "xagcra")
     for svc in ("xaallot", "xaallotgcra", "xamem"):
