@@ -196,8 +196,8 @@ func (c *h2conn) tryOpen(s *h2stream, hdr requestBlocks, body []byte) (<-chan st
 	c.streams[s.id] = s
 	c.sendWin -= n
 	blk := hdr.steady
-	if !c.indexed { // the frames leave in this order: the table is filled first
-		blk, c.indexed = hdr.first, true
+	if s.id == 1 { // the connection's first stream, whose frames leave first: it fills the table
+		blk = hdr.first
 	}
 	_ = c.out.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: blk, EndHeaders: true})
 	_ = c.out.WriteData(s.id, true, body)

@@ -46,7 +46,6 @@ type h2conn struct {
 	streamWin  int64  // the server's initial stream-level window
 	maxStreams uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS; 0 until its SETTINGS
 	settled    bool   // the server's first SETTINGS arrived
-	indexed    bool   // the first header block, which fills the server's table, is written
 	recvUsed   uint32 // DATA bytes received and not yet credited back
 	credit     chan struct{}
 	err        error // set once no new stream may start
