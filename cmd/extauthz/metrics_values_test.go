@@ -22,7 +22,10 @@ var labelDoc = regexp.MustCompile(`the "([a-z_]+)" label of (extauthz_[a-z_]+)`)
 // codeLabelValues reads, from the Go source under pkg/ (any subpackage),
 // every value the code can give a documented metric label: the string
 // constants of const groups whose comment names the label (labelDoc), and
-// the literal reasons passed to Metrics.Invalid. Source rather than
+// the literal reasons passed to Metrics.Invalid, and every string constant
+// of type idempotency.Event (or conversion to it) anywhere under pkg/, so
+// that an event declared outside pkg/idempotency's list (the replay
+// endpoint's) is held to the README too. Source rather than
 // imports, so that moving the constants between packages keeps the check.
 func codeLabelValues(t *testing.T) map[string]map[string][]string {
 	t.Helper()
@@ -52,11 +55,21 @@ func codeLabelValues(t *testing.T) map[string]map[string][]string {
 				for _, v := range stringConsts(n) {
 					add(m[2], m[1], v)
 				}
+			case *ast.ValueSpec:
+				// Every typed constant of idempotency.Event, in any package
+				// (the replay endpoint declares its own): all are counted.
+				for _, v := range n.Values {
+					if s, ok := stringLit(v); ok && isEventType(f.Name.Name, n.Type) {
+						add("extauthz_idempotency_events_total", "event", s)
+					}
+				}
 			case *ast.CallExpr:
-				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Invalid" && len(n.Args) == 2 {
-					if lit, ok := n.Args[1].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						v, _ := strconv.Unquote(lit.Value)
-						add("extauthz_invalid_requests_total", "reason", v)
+				if s, ok := lastStringArg(n, 1); ok && isEventType(f.Name.Name, n.Fun) {
+					add("extauthz_idempotency_events_total", "event", s)
+				}
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Invalid" {
+					if s, ok := lastStringArg(n, 2); ok {
+						add("extauthz_invalid_requests_total", "reason", s)
 					}
 				}
 			}
@@ -71,6 +84,39 @@ func codeLabelValues(t *testing.T) map[string]map[string][]string {
 		add("extauthz_idempotency_events_total", "event", string(e))
 	}
 	return out
+}
+
+// stringLit returns the value of a string literal.
+func stringLit(e ast.Expr) (string, bool) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", false
+	}
+	s, err := strconv.Unquote(lit.Value)
+	return s, err == nil
+}
+
+// lastStringArg returns the last argument of a call with n arguments when
+// it is a string literal.
+func lastStringArg(c *ast.CallExpr, n int) (string, bool) {
+	if len(c.Args) != n {
+		return "", false
+	}
+	return stringLit(c.Args[n-1])
+}
+
+// isEventType reports whether e, in a file of package pkg, names the
+// idempotency event type: Event inside package idempotency,
+// idempotency.Event elsewhere.
+func isEventType(pkg string, e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return pkg == "idempotency" && e.Name == "Event"
+	case *ast.SelectorExpr:
+		x, ok := e.X.(*ast.Ident)
+		return ok && x.Name == "idempotency" && e.Sel.Name == "Event"
+	}
+	return false
 }
 
 // stringConsts returns the string literal values of a const group.
