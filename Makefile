@@ -7,7 +7,7 @@ GRPC_ADDR  ?= 127.0.0.1:9001
 HTTP_ADDR  ?= 127.0.0.1:9090
 POLICY     ?= examples/policy
 # make run is for a terminal: Ctrl-C stops at once instead of serving on for
-# the production drain delay (see README, EXTAUTHZ_DRAIN_DELAY).
+# the production drain delay (see docs/reference.md, EXTAUTHZ_DRAIN_DELAY).
 DRAIN      ?= 0s
 TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=30m
 BENCH      ?= .

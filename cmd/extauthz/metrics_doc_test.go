@@ -17,16 +17,16 @@ import (
 	"github.com/extauthz/extauthz/internal/redistest"
 )
 
-// documentedMetric is one row of the README's metrics table.
+// documentedMetric is one row of the reference's metrics table.
 type documentedMetric struct {
 	labels    []string // sorted
 	redisOnly bool
 }
 
-// readmeMetrics parses the README's metrics table.
+// readmeMetrics parses the reference's metrics table.
 func readmeMetrics(t *testing.T) (map[string]documentedMetric, string) {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func readmeMetrics(t *testing.T) (map[string]documentedMetric, string) {
 		out[m[1]] = d
 	}
 	if len(out) == 0 {
-		t.Fatal("no metrics table in README.md")
+		t.Fatal("no metrics table in docs/reference.md")
 	}
 	return out, string(readme)
 }
@@ -119,10 +119,10 @@ func exercise(t *testing.T, p *proc) {
 }
 
 // TestMetricsMatchREADME: every extauthz metric a running process exports
-// (with the embedded store and with Redis) is in the README's table with
+// (with the embedded store and with Redis) is in the reference's table with
 // the same labels, every documented one is exported (Redis-only ones with
 // Redis), and every value of the api, outcome, event, mode and reason
-// labels seen is written in the README.
+// labels seen is written in docs/reference.md.
 func TestMetricsMatchREADME(t *testing.T) {
 	docs, readme := readmeMetrics(t)
 	srv := redistest.Standalone(t)
@@ -138,7 +138,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 		for name, fam := range fams {
 			d, ok := docs[name]
 			if !ok {
-				t.Errorf("%s: %s is exported but not in the README", mode, name)
+				t.Errorf("%s: %s is exported but not in docs/reference.md", mode, name)
 				continue
 			}
 			got := slices.Sorted(func(yield func(string) bool) {
@@ -149,7 +149,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 				}
 			})
 			if !slices.Equal(got, d.labels) {
-				t.Errorf("%s: %s has labels %v, the README says %v", mode, name, got, d.labels)
+				t.Errorf("%s: %s has labels %v, docs/reference.md says %v", mode, name, got, d.labels)
 			}
 			checkValues(t, mode, name, fam, readme)
 		}
@@ -163,7 +163,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 }
 
 // checkValues fails for a label value of a documented enumeration that the
-// README does not mention (as `value`).
+// docs/reference.md does not mention (as `value`).
 func checkValues(t *testing.T, mode, name string, fam scrapedFamily, readme string) {
 	t.Helper()
 	for label, values := range fam.labels {
@@ -175,7 +175,7 @@ func checkValues(t *testing.T, mode, name string, fam scrapedFamily, readme stri
 				continue // a policy route's name; the fixed values (_unknown, _overflow) are checked
 			}
 			if !strings.Contains(readme, "`"+v+"`") && !strings.Contains(readme, `"`+v+`"`) {
-				t.Errorf("%s: %s{%s=%q} is exported but the value is not in the README", mode, name, label, v)
+				t.Errorf("%s: %s{%s=%q} is exported but the value is not in docs/reference.md", mode, name, label, v)
 			}
 		}
 	}

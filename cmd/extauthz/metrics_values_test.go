@@ -25,7 +25,7 @@ var labelDoc = regexp.MustCompile(`the "([a-z_]+)" label of (extauthz_[a-z_]+)`)
 // the literal reasons passed to Metrics.Invalid, and every string constant
 // of type idempotency.Event (or conversion to it) anywhere under pkg/, so
 // that an event declared outside pkg/idempotency's list (the replay
-// endpoint's) is held to the README too. Source rather than
+// endpoint's) is held to docs/reference.md too. Source rather than
 // imports, so that moving the constants between packages keeps the check.
 func codeLabelValues(t *testing.T) map[string]map[string][]string {
 	t.Helper()
@@ -134,14 +134,14 @@ func stringConsts(d *ast.GenDecl) []string {
 }
 
 var (
-	// metricRow is a README metrics table row: name and meaning.
+	// metricRow is a docs/reference.md metrics table row: name and meaning.
 	metricRow = regexp.MustCompile("(?m)^\\| `(extauthz_[a-z0-9_]+)` \\|[^|]*\\| (.*) \\|$")
 	// remark is a parenthesised remark, dropped before reading a list
 	// (innermost first, repeatedly, for nested ones).
 	remark = regexp.MustCompile(`\s*\([^()]*\)`)
 )
 
-// readmeLabelValues reads the values the README lists for label in a
+// readmeLabelValues reads the values docs/reference.md lists for label in a
 // metric's meaning: after "`label`" (and an optional colon), the
 // backquoted words separated by commas, parenthesised remarks left out.
 func readmeLabelValues(meaning, label string) []string {
@@ -169,7 +169,7 @@ func readmeLabelValues(meaning, label string) []string {
 
 // TestMetricLabelValuesMatchREADME: for every label whose values the code
 // declares (labelDoc groups, Invalid reasons, idempotency events), the
-// README's row for that metric lists exactly those values: none the code
+// the reference's row for that metric lists exactly those values: none the code
 // can emit is missing, none listed is impossible.
 func TestMetricLabelValuesMatchREADME(t *testing.T) {
 	t.Parallel()
@@ -193,7 +193,7 @@ func TestMetricLabelValuesMatchREADME(t *testing.T) {
 			values = slices.Compact(values)
 			slices.Sort(listed)
 			if !slices.Equal(values, listed) {
-				t.Errorf("README lists %s{%s} values %q; the code can emit %q", metric, label, listed, values)
+				t.Errorf("docs/reference.md lists %s{%s} values %q; the code can emit %q", metric, label, listed, values)
 			}
 		}
 	}

@@ -8,16 +8,16 @@ import (
 	"testing"
 )
 
-// readmeVariable is one row of the README's configuration table.
+// readmeVariable is one row of the reference's configuration table.
 type readmeVariable struct {
 	def, meaning string
 }
 
-// readmeVariables parses the README's configuration table, by variable
+// readmeVariables parses the reference's configuration table, by variable
 // name without the EXTAUTHZ_ prefix.
 func readmeVariables(t *testing.T) map[string]readmeVariable {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,12 +31,12 @@ func readmeVariables(t *testing.T) map[string]readmeVariable {
 		out[m[1]] = readmeVariable{def: strings.Trim(def, "`"), meaning: m[3]}
 	}
 	if len(out) == 0 {
-		t.Fatal("no configuration table in README.md")
+		t.Fatal("no configuration table in docs/reference.md")
 	}
 	return out
 }
 
-// TestREADMEListsEveryVariable keeps the README's configuration table in
+// TestREADMEListsEveryVariable keeps the reference's configuration table in
 // step with Config: the same variables, with the same defaults.
 func TestREADMEListsEveryVariable(t *testing.T) {
 	t.Parallel()
@@ -48,28 +48,28 @@ func TestREADMEListsEveryVariable(t *testing.T) {
 		v, ok := documented[name]
 		switch {
 		case !ok:
-			t.Errorf("README lacks EXTAUTHZ_%s", name)
+			t.Errorf("docs/reference.md lacks EXTAUTHZ_%s", name)
 		case v.def != f.Tag.Get("default"):
-			t.Errorf("README gives EXTAUTHZ_%s default %q, config.go %q", name, v.def, f.Tag.Get("default"))
+			t.Errorf("docs/reference.md gives EXTAUTHZ_%s default %q, config.go %q", name, v.def, f.Tag.Get("default"))
 		}
 		delete(documented, name)
 	}
 	for name := range documented {
-		t.Errorf("README lists EXTAUTHZ_%s, which Config does not have", name)
+		t.Errorf("docs/reference.md lists EXTAUTHZ_%s, which Config does not have", name)
 	}
 }
 
 var (
-	// interval is a ratio's range as the rules and the README write it.
+	// interval is a ratio's range as the rules and docs/reference.md write it.
 	interval = regexp.MustCompile(`[(\[]\d+(?:\.\d+)?, \d+(?:\.\d+)?[)\]]`)
-	// numberRange is "A to B" in a rule; the README writes it "A–B".
+	// numberRange is "A to B" in a rule; docs/reference.md writes it "A–B".
 	numberRange = regexp.MustCompile(`(\d+) to (\d+)`)
 	// aside is a parenthesised remark in a rule, such as what 0 means.
 	aside = regexp.MustCompile(`\s*\([^()]*\)`)
 )
 
 // ruleBounds returns the ranges a rule's accepted values have, as the
-// README must state them: an interval such as "(0, 1]" verbatim, and
+// docs/reference.md must state them: an interval such as "(0, 1]" verbatim, and
 // "A to B" as "A–B" (an en dash).
 func ruleBounds(want string) []string {
 	out := interval.FindAllString(want, -1)
@@ -80,7 +80,7 @@ func ruleBounds(want string) []string {
 }
 
 // TestREADMEStatesEveryRange: where Config.rules bounds a variable on both
-// sides, the variable's README row states the same bounds, so that the
+// sides, the variable's docs/reference.md row states the same bounds, so that the
 // table cannot promise a range the process refuses (or the reverse).
 func TestREADMEStatesEveryRange(t *testing.T) {
 	t.Parallel()
@@ -91,7 +91,7 @@ func TestREADMEStatesEveryRange(t *testing.T) {
 		for _, b := range ruleBounds(r.want) {
 			checked++
 			if v, ok := documented[r.name]; ok && !strings.Contains(v.meaning, b) {
-				t.Errorf("README row of EXTAUTHZ_%s does not state %s (the code accepts %s)", r.name, b, r.want)
+				t.Errorf("docs/reference.md row of EXTAUTHZ_%s does not state %s (the code accepts %s)", r.name, b, r.want)
 			}
 		}
 	}

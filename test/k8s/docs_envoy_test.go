@@ -114,7 +114,7 @@ func TestDocEnvoyBlocksValidate(t *testing.T) {
 	t.Parallel()
 	blocks := envoyDocBlocks(t)
 	if len(blocks) == 0 {
-		t.Fatal("no <!-- doc-test: envoy-hcm --> block in README.md or docs/: the README's tracing fragment is one")
+		t.Fatal("no <!-- doc-test: envoy-hcm --> block in README.md or docs/: docs/tracing.md's tracing fragment is one")
 	}
 	bin := envoyBin(t)
 	for i, b := range blocks {

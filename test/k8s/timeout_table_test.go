@@ -11,18 +11,18 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 )
 
-// timeoutRow is one row of the README's Timeouts table.
+// timeoutRow is one row of the reference's Timeouts table.
 type timeoutRow struct {
 	bound, below, shipped string
 }
 
-// readmeTimeoutRows parses the table under the README's "### Timeouts".
+// readmeTimeoutRows parses the table under the reference's "### Timeouts".
 func readmeTimeoutRows(t *testing.T) []timeoutRow {
 	t.Helper()
-	readme := string(readFile(t, filepath.Join(repoRoot(t), "README.md")))
+	readme := string(readFile(t, filepath.Join(repoRoot(t), "docs", "reference.md")))
 	_, section, ok := strings.Cut(readme, "\n### Timeouts\n")
 	if !ok {
-		t.Fatal("README.md has no ### Timeouts section")
+		t.Fatal("docs/reference.md has no ### Timeouts section")
 	}
 	var rows []timeoutRow
 	for _, line := range strings.Split(section, "\n") {
@@ -36,7 +36,7 @@ func readmeTimeoutRows(t *testing.T) []timeoutRow {
 		rows = append(rows, timeoutRow{bound: strings.TrimPrefix(cells[0], "| "), below: cells[1], shipped: cells[2]})
 	}
 	if len(rows) < 7 {
-		t.Fatalf("README's Timeouts table: %d rows parsed, want 7", len(rows))
+		t.Fatalf("the reference's Timeouts table: %d rows parsed, want 7", len(rows))
 	}
 	return rows
 }
@@ -45,7 +45,7 @@ func readmeTimeoutRows(t *testing.T) []timeoutRow {
 // are separated by "; ".
 var shippedGroup = regexp.MustCompile(`^(.+?) \(([^()]+)\)$`)
 
-// TestTimeoutTableValues: every value of the README Timeouts table's
+// TestTimeoutTableValues: every value of docs/reference.md Timeouts table's
 // "shipped" column is the one in each file the row names, so that the table
 // cannot go stale when a file changes (TestTimeoutTable checks the
 // inequalities themselves).
@@ -55,23 +55,23 @@ func TestTimeoutTableValues(t *testing.T) {
 	for _, r := range readmeTimeoutRows(t) {
 		quantity := timeoutQuantity(r.below)
 		if quantity == "" {
-			t.Errorf("README Timeouts row %q: no known quantity in %q", r.shipped, r.below)
+			t.Errorf("docs/reference.md Timeouts row %q: no known quantity in %q", r.shipped, r.below)
 			continue
 		}
 		for _, g := range strings.Split(r.shipped, "; ") {
 			m := shippedGroup.FindStringSubmatch(g)
 			if m == nil {
-				t.Errorf("README Timeouts, %s: %q is not VALUE (SOURCES)", quantity, g)
+				t.Errorf("docs/reference.md Timeouts, %s: %q is not VALUE (SOURCES)", quantity, g)
 				continue
 			}
 			for _, src := range strings.Split(m[2], ", ") {
 				values, ok := actual[src][quantity]
 				if !ok {
-					t.Errorf("README Timeouts, %s: the test cannot read it from %q", quantity, src)
+					t.Errorf("docs/reference.md Timeouts, %s: the test cannot read it from %q", quantity, src)
 				}
 				for where, v := range values {
 					if v != m[1] {
-						t.Errorf("README Timeouts says %s is %s in %s; %s has %s", quantity, m[1], src, where, v)
+						t.Errorf("docs/reference.md Timeouts says %s is %s in %s; %s has %s", quantity, m[1], src, where, v)
 					}
 				}
 			}
@@ -93,7 +93,7 @@ func timeoutQuantity(below string) string {
 	return ""
 }
 
-// shippedValues reads every quantity from each source, as the README
+// shippedValues reads every quantity from each source, as docs/reference.md
 // writes values ("100 ms", "2 s", "0.5 s", "10 s × 3"): source -> quantity
 // -> file -> value.
 func shippedValues(t *testing.T) map[string]map[string]map[string]string {
@@ -138,7 +138,7 @@ func shippedValues(t *testing.T) map[string]map[string]map[string]string {
 	return out
 }
 
-// readable writes d as the README does: "100 ms" below a second, else
+// readable writes d as docs/reference.md does: "100 ms" below a second, else
 // seconds ("2 s", "0.5 s").
 func readable(d time.Duration) string {
 	if d < time.Second {
@@ -167,18 +167,18 @@ func TestTimeoutTableBounds(t *testing.T) {
 			quoted++
 			def, err := time.ParseDuration(vars[m[1]].Default)
 			if err != nil {
-				t.Errorf("README Timeouts quotes %s, whose default %q is no duration", m[1], vars[m[1]].Default)
+				t.Errorf("docs/reference.md Timeouts quotes %s, whose default %q is no duration", m[1], vars[m[1]].Default)
 				continue
 			}
 			if readable(def) != m[2] {
-				t.Errorf("README Timeouts quotes %s as %s; its default is %s", m[1], m[2], readable(def))
+				t.Errorf("docs/reference.md Timeouts quotes %s as %s; its default is %s", m[1], m[2], readable(def))
 			}
 		}
 	}
 	if quoted < 3 {
 		t.Errorf("found %d quoted defaults in the Timeouts table; the parser has lost them", quoted)
 	}
-	readme := string(readFile(t, filepath.Join(repoRoot(t), "README.md")))
+	readme := string(readFile(t, filepath.Join(repoRoot(t), "docs", "reference.md")))
 	actual := shippedValues(t)["envoy/"]
 	for q, row := range map[string]*regexp.Regexp{
 		"ratelimit": regexp.MustCompile(`(?m)^\| ratelimit \(RLS\) \| ([^|(]+?)(?: per message)?(?: \(.*\))? \|`),
@@ -187,12 +187,12 @@ func TestTimeoutTableBounds(t *testing.T) {
 	} {
 		m := row.FindStringSubmatch(readme)
 		if m == nil {
-			t.Errorf("README's Envoy filter table has no %s row", q)
+			t.Errorf("the reference's Envoy filter table has no %s row", q)
 			continue
 		}
 		for where, v := range actual[q] {
 			if v != m[1] {
-				t.Errorf("README's Envoy filter table gives %s %s; %s has %s", q, m[1], where, v)
+				t.Errorf("the reference's Envoy filter table gives %s %s; %s has %s", q, m[1], where, v)
 			}
 		}
 	}

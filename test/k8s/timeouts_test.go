@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The README's timeout table, checked on every shipped configuration:
+// The timeout table of docs/reference.md, checked on every shipped configuration:
 //
 //	EXTAUTHZ_REDIS_CALL_TIMEOUT        < ratelimit filter timeout, ext_authz timeout
 //	EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT < ext_authz timeout, ext_proc message_timeout
