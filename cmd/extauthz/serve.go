@@ -151,7 +151,7 @@ func (l *serviceList) add(s grpcService, err error) {
 }
 
 // newServices builds every gRPC service served. Add a server here with one
-// line: l.add(envoy.NewXxx(...)).
+// line, as l.add(rls.NewRLS(...)) below.
 func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource, m *envoy.Metrics, idem idempotencyDeps, log *slog.Logger, extra ...authz.IdempotencyOption) ([]grpcService, error) {
 	var l serviceList
 	l.add(rls.NewRLS(store, policies, m, rlsOptions(cfg, log)...))

@@ -25,12 +25,12 @@ package idempotency
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/extauthz/extauthz/internal/randtoken"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 )
 
@@ -189,13 +189,7 @@ var (
 )
 
 // NewToken returns a fresh owner token: 128 random bits in hex.
-func NewToken() string {
-	var b [16]byte
-	// crypto/rand.Read never returns an error since Go 1.24 (it crashes the
-	// program instead of handing out predictable bytes).
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func NewToken() string { return randtoken.Hex(16) }
 
 // CheckBegin validates Begin's arguments; stores call it first.
 func CheckBegin(key string, ttls TTLs) error {

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/extauthz/extauthz/internal/expiry"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
 )
 
@@ -17,9 +18,9 @@ import (
 type allocCache struct {
 	maxAge time.Duration
 
-	mu        sync.Mutex
-	m         map[string]cachedAlloc
-	lastSweep time.Time
+	mu     sync.Mutex
+	m      map[string]cachedAlloc
+	sweeps expiry.Schedule
 }
 
 type cachedAlloc struct {
@@ -29,7 +30,7 @@ type cachedAlloc struct {
 }
 
 func newAllocCache(maxAge time.Duration) *allocCache {
-	return &allocCache{maxAge: maxAge, m: map[string]cachedAlloc{}}
+	return &allocCache{maxAge: maxAge, m: map[string]cachedAlloc{}, sweeps: expiry.Schedule{Every: maxAge}}
 }
 
 // get returns the allocation of key for budget read less than maxAge
@@ -50,14 +51,8 @@ func (c *allocCache) put(key string, budget float64, shares map[string]quota.Sha
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m[key] = cachedAlloc{at: now, budget: budget, shares: shares}
-	if now.Sub(c.lastSweep) < c.maxAge && !now.Before(c.lastSweep) {
-		return
-	}
-	c.lastSweep = now
-	for k, e := range c.m {
-		if now.Sub(e.at) >= c.maxAge {
-			delete(c.m, k)
-		}
+	if c.sweeps.Due(now) {
+		expiry.Prune(c.m, func(e cachedAlloc) bool { return now.Sub(e.at) < c.maxAge })
 	}
 }
 

@@ -1,8 +1,6 @@
 package rlqs
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/extauthz/extauthz/internal/randtoken"
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
@@ -199,8 +198,4 @@ func endOfStream(err error) error {
 
 // newClientID is a random ID for one stream: 96 bits, so two streams never
 // share a demand entry.
-func newClientID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
-}
+func newClientID() string { return randtoken.Hex(12) }

@@ -30,9 +30,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extauthz/extauthz/internal/breaker"
 	"github.com/extauthz/extauthz/pkg/idempotency"
@@ -41,32 +38,18 @@ import (
 // ErrInvalidOptions means New was given unusable Options.
 var ErrInvalidOptions = errors.New("invalid idempotency guard options")
 
-// Defaults for zero Options fields (the same as the rate-limit failover's).
+// Defaults for zero Options fields, the same for every store guard.
 const (
-	DefaultFailureThreshold = 5
-	DefaultCoolDown         = time.Second
+	DefaultFailureThreshold = breaker.DefaultThreshold
+	DefaultCoolDown         = breaker.DefaultCoolDown
 )
 
-// Options configures a Store.
-type Options struct {
-	// Registerer receives the metrics; required.
-	Registerer prometheus.Registerer
-	// FailureThreshold is how many backend failures in a row open the
-	// circuit; default 5.
-	FailureThreshold int
-	// CoolDown is how long an open circuit refuses calls before one probe;
-	// default 1s.
-	CoolDown time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// OnChange, when set, is told when a node's circuit opens (with the
-	// error that opened it) and closes again; callers log it. The node is
-	// "" unless the inner store is a Router.
-	OnChange func(node string, open bool, err error)
-	// OnError, when set, is told of every backend failure and the node it
-	// came from; callers log it.
-	OnError func(node string, err error)
-}
+// Options configures a Store: FailureThreshold (default 5), CoolDown
+// (default 1s), Now, OnChange and OnError as every store guard takes them
+// (see breaker.StoreOptions); Registerer, required, receives
+// extauthz_idempotency_store_errors_total and
+// extauthz_idempotency_store_circuit_open.
+type Options = breaker.StoreOptions
 
 // Router is implemented by inner stores spread over several backend nodes
 // (a Redis Cluster): the Store then keeps one circuit breaker per node.
@@ -84,69 +67,33 @@ type Router interface {
 // failing. It owns the inner store: Close closes it.
 type Store struct {
 	inner  idempotency.Store
-	router Router       // nil: one node, ""
-	br     *breaker.Set // one breaker per node
+	router Router // nil: one node, ""
 	g      *breaker.Guard
-	m      metrics
 }
 
 var _ idempotency.Store = (*Store)(nil)
 
 // New wraps inner.
 func New(inner idempotency.Store, opts Options) (*Store, error) {
-	opts, err := withDefaults(inner, opts)
-	if err != nil {
-		return nil, err
+	if inner == nil {
+		return nil, fmt.Errorf("%w: nil inner store", ErrInvalidOptions)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{inner: inner, m: m}
+	s := &Store{inner: inner}
 	s.router, _ = inner.(Router)
-	s.br, err = breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(node string, open bool, err error) {
-		s.m.circuitOpen.Set(float64(s.br.Open()))
-		if opts.OnChange != nil {
-			opts.OnChange(node, open, err)
-		}
+	s.g, err = breaker.NewStoreGuard(opts, breaker.StoreHooks{
+		Cluster: s.router, Neutral: neutral, Open: m.circuitOpen, Errors: m.errors,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	gopts := breaker.GuardOptions{Set: s.br, Now: opts.Now, Neutral: neutral, Failed: func(node string, err error) {
-		s.m.errors.Inc()
-		if opts.OnError != nil {
-			opts.OnError(node, err)
-		}
-	}}
-	if s.router != nil {
-		gopts.Cluster = s.router
-	}
-	if s.g, err = breaker.NewGuard(gopts); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
 	return s, nil
-}
-
-func withDefaults(inner idempotency.Store, o Options) (Options, error) {
-	switch {
-	case inner == nil:
-		return o, fmt.Errorf("%w: nil inner store", ErrInvalidOptions)
-	case o.Registerer == nil:
-		return o, fmt.Errorf("%w: nil Registerer", ErrInvalidOptions)
-	case o.FailureThreshold < 0 || o.CoolDown < 0:
-		return o, fmt.Errorf("%w: negative threshold or cool-down", ErrInvalidOptions)
-	}
-	if o.FailureThreshold == 0 {
-		o.FailureThreshold = DefaultFailureThreshold
-	}
-	if o.CoolDown == 0 {
-		o.CoolDown = DefaultCoolDown
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	return o, nil
 }
 
 // Begin calls the inner store's Begin unless the circuit is open.

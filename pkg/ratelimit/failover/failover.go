@@ -56,10 +56,11 @@ func ParseMode(s string) (Mode, error) {
 // ErrInvalidOptions means New was given unusable Options.
 var ErrInvalidOptions = errors.New("invalid failover options")
 
-// Defaults for zero Options fields.
+// Defaults for zero Options fields (the threshold and cool-down are every
+// store guard's).
 const (
-	DefaultFailureThreshold = 5
-	DefaultCoolDown         = time.Second
+	DefaultFailureThreshold = breaker.DefaultThreshold
+	DefaultCoolDown         = breaker.DefaultCoolDown
 	DefaultDeniedRetryAfter = time.Second
 )
 

@@ -29,14 +29,13 @@ package inflight
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/extauthz/extauthz/internal/keypart"
+	"github.com/extauthz/extauthz/internal/randtoken"
 )
 
 // Slot names one held slot: an opaque, unguessable token.
@@ -118,12 +117,7 @@ func CheckTTL(ttl time.Duration) error {
 }
 
 // NewSlot returns a fresh random slot token.
-func NewSlot() Slot {
-	var b [16]byte
-	// crypto/rand.Read never returns an error since Go 1.24.
-	_, _ = rand.Read(b[:])
-	return Slot(hex.EncodeToString(b[:]))
-}
+func NewSlot() Slot { return Slot(randtoken.Hex(16)) }
 
 // StorageKey returns key escaped for use inside a Redis hash tag: it never
 // holds '{', '}' or ':', and distinct keys never share a result; a key

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/extauthz/extauthz/internal/expiry"
 )
 
 // MemoryOptions configure a MemoryStore. The zero value is the defaults.
@@ -18,9 +20,9 @@ type MemoryOptions struct {
 type MemoryStore struct {
 	ttl time.Duration
 
-	mu        sync.Mutex
-	buckets   map[string]map[string]demandEntry
-	lastSweep time.Time
+	mu      sync.Mutex
+	buckets map[string]map[string]demandEntry
+	sweeps  expiry.Schedule
 }
 
 type demandEntry struct {
@@ -38,7 +40,7 @@ func NewMemoryStore(o MemoryOptions) (*MemoryStore, error) {
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
 	}
-	return &MemoryStore{ttl: o.TTL, buckets: make(map[string]map[string]demandEntry)}, nil
+	return &MemoryStore{ttl: o.TTL, buckets: make(map[string]map[string]demandEntry), sweeps: expiry.Schedule{Every: o.TTL}}, nil
 }
 
 // Report records the demand until now + TTL. Once per TTL it also drops every
@@ -60,8 +62,8 @@ func (s *MemoryStore) Report(_ context.Context, bucketKey, clientID string, dema
 		demand = old.demand // a moved stream's first report keeps the measured demand
 	}
 	b[clientID] = demandEntry{demand: demand, expires: now.Add(s.ttl)}
-	if now.Sub(s.lastSweep) >= s.ttl || now.Before(s.lastSweep) {
-		s.sweep(now)
+	if s.sweeps.Due(now) {
+		expiry.PruneGroups(s.buckets, func(e demandEntry) bool { return now.Before(e.expires) })
 	}
 	return nil
 }
@@ -86,21 +88,6 @@ func (s *MemoryStore) Demands(_ context.Context, bucketKey string, now time.Time
 		delete(s.buckets, bucketKey)
 	}
 	return out, nil
-}
-
-// sweep drops expired entries and empty buckets; s.mu is held.
-func (s *MemoryStore) sweep(now time.Time) {
-	s.lastSweep = now
-	for key, b := range s.buckets {
-		for id, e := range b {
-			if !now.Before(e.expires) {
-				delete(b, id)
-			}
-		}
-		if len(b) == 0 {
-			delete(s.buckets, key)
-		}
-	}
 }
 
 // entries counts the stored entries, expired or not (tests).

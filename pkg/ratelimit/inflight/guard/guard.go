@@ -33,31 +33,17 @@ import (
 // ErrInvalidOptions means New was given unusable Options.
 var ErrInvalidOptions = errors.New("invalid in-flight guard options")
 
-// Defaults for zero Options fields (the same as the other stores').
+// Defaults for zero Options fields, the same for every store guard.
 const (
-	DefaultFailureThreshold = 5
-	DefaultCoolDown         = time.Second
+	DefaultFailureThreshold = breaker.DefaultThreshold
+	DefaultCoolDown         = breaker.DefaultCoolDown
 )
 
-// Options configures a Store.
-type Options struct {
-	// Registerer receives extauthz_inflight_store_circuit_open; required.
-	Registerer prometheus.Registerer
-	// FailureThreshold is how many backend failures in a row open the
-	// circuit; default 5.
-	FailureThreshold int
-	// CoolDown is how long an open circuit refuses calls before one probe;
-	// default 1s.
-	CoolDown time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// OnChange, when set, is told when a node's circuit opens (with the
-	// error that opened it) and closes again. The node is "" unless the
-	// inner store is a Router.
-	OnChange func(node string, open bool, err error)
-	// OnError, when set, is told of every backend failure and its node.
-	OnError func(node string, err error)
-}
+// Options configures a Store: FailureThreshold (default 5), CoolDown
+// (default 1s), Now, OnChange and OnError as every store guard takes them
+// (see breaker.StoreOptions); Registerer, required, receives
+// extauthz_inflight_store_circuit_open.
+type Options = breaker.StoreOptions
 
 // Router is implemented by inner stores spread over several backend nodes
 // (a Redis Cluster): the Store then keeps one circuit breaker per node.
@@ -79,9 +65,11 @@ var _ inflight.Store = (*Store)(nil)
 
 // New wraps inner.
 func New(inner inflight.Store, opts Options) (*Store, error) {
-	opts, err := withDefaults(inner, opts)
-	if err != nil {
-		return nil, err
+	if inner == nil {
+		return nil, fmt.Errorf("%w: nil inner store", ErrInvalidOptions)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	open := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "extauthz_inflight_store_circuit_open",
@@ -92,42 +80,12 @@ func New(inner inflight.Store, opts Options) (*Store, error) {
 	}
 	s := &Store{inner: inner}
 	s.router, _ = inner.(Router)
-	var set *breaker.Set
-	set, err = breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(node string, isOpen bool, err error) {
-		open.Set(float64(set.Open()))
-		if opts.OnChange != nil {
-			opts.OnChange(node, isOpen, err)
-		}
-	})
+	var err error
+	s.g, err = breaker.NewStoreGuard(opts, breaker.StoreHooks{Cluster: s.router, Neutral: neutral, Open: open})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	g := breaker.GuardOptions{Set: set, Now: opts.Now, Neutral: neutral, Failed: opts.OnError}
-	if s.router != nil {
-		g.Cluster = s.router
-	}
-	if s.g, err = breaker.NewGuard(g); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-	}
 	return s, nil
-}
-
-func withDefaults(inner inflight.Store, o Options) (Options, error) {
-	switch {
-	case inner == nil:
-		return o, fmt.Errorf("%w: nil inner store", ErrInvalidOptions)
-	case o.Registerer == nil:
-		return o, fmt.Errorf("%w: nil Registerer", ErrInvalidOptions)
-	case o.FailureThreshold < 0 || o.CoolDown < 0:
-		return o, fmt.Errorf("%w: negative threshold or cool-down", ErrInvalidOptions)
-	}
-	if o.FailureThreshold == 0 {
-		o.FailureThreshold = DefaultFailureThreshold
-	}
-	if o.CoolDown == 0 {
-		o.CoolDown = DefaultCoolDown
-	}
-	return o, nil
 }
 
 // Acquire calls the inner store's Acquire unless the circuit is open.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/extauthz/extauthz/internal/expiry"
 	"github.com/extauthz/extauthz/pkg/ratelimit/inflight"
 )
 
@@ -36,12 +37,11 @@ var ErrFull = errors.New("inflight memstore: too many keys")
 // Store is an in-memory inflight.Store, safe for concurrent use.
 type Store struct {
 	now     func() time.Time
-	every   time.Duration
 	maxKeys int
 
-	mu        sync.Mutex
-	keys      map[string]map[inflight.Slot]time.Time // slot -> expiry
-	lastSweep time.Time
+	mu     sync.Mutex
+	keys   map[string]map[inflight.Slot]time.Time // slot -> expiry
+	sweeps expiry.Schedule
 }
 
 var (
@@ -51,14 +51,15 @@ var (
 
 // New returns an empty Store.
 func New(cfg Config) *Store {
-	s := &Store{now: cfg.Now, every: cfg.SweepEvery, maxKeys: cfg.MaxKeys, keys: map[string]map[inflight.Slot]time.Time{}}
+	s := &Store{now: cfg.Now, maxKeys: cfg.MaxKeys, keys: map[string]map[inflight.Slot]time.Time{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.every <= 0 {
-		s.every = time.Minute
+	s.sweeps.Every = cfg.SweepEvery
+	if s.sweeps.Every <= 0 {
+		s.sweeps.Every = time.Minute
 	}
-	s.lastSweep = s.now()
+	s.sweeps.Due(s.now()) // the empty map needs no sweep: count one now
 	return s
 }
 
@@ -138,12 +139,7 @@ func (s *Store) Held(_ context.Context, key string) (inflight.Held, error) {
 // Redis, where a score equal to the time is pruned.
 func (s *Store) live(key string, now time.Time) map[inflight.Slot]time.Time {
 	slots := s.keys[key]
-	for sl, exp := range slots {
-		if !now.Before(exp) {
-			delete(slots, sl)
-		}
-	}
-	if len(slots) == 0 {
+	if expiry.Prune(slots, alive(now)) == 0 {
 		delete(s.keys, key)
 		return nil
 	}
@@ -151,16 +147,16 @@ func (s *Store) live(key string, now time.Time) map[inflight.Slot]time.Time {
 }
 
 func (s *Store) maybeSweep(now time.Time) {
-	if now.Sub(s.lastSweep) >= s.every {
+	if s.sweeps.Due(now) {
 		s.sweep(now)
 	}
 }
 
-func (s *Store) sweep(now time.Time) {
-	s.lastSweep = now
-	for key := range s.keys {
-		s.live(key, now)
-	}
+func (s *Store) sweep(now time.Time) { expiry.PruneGroups(s.keys, alive(now)) }
+
+// alive reports a slot expiring after now live.
+func alive(now time.Time) func(time.Time) bool {
+	return func(exp time.Time) bool { return now.Before(exp) }
 }
 
 // Keys returns how many keys hold live or unswept slots, for tests and
