@@ -172,6 +172,22 @@ type Config struct {
 	// 1 because in a traced mesh the sampling decision is Envoy's (or the
 	// client's), and every call then arrives with one.
 	TraceSampleRatio float64 `envconfig:"TRACE_SAMPLE_RATIO" default:"1"`
+
+	// GRPCTLSCert and GRPCTLSKey, both set, make the gRPC port TLS-only
+	// (PEM files, reloaded when they change; listen.go).
+	GRPCTLSCert string `envconfig:"GRPC_TLS_CERT" default:""`
+	GRPCTLSKey  string `envconfig:"GRPC_TLS_KEY" default:""`
+	// GRPCTLSClientCA, set, makes it mutual TLS: clients must present a
+	// certificate signed by a CA of this PEM bundle.
+	GRPCTLSClientCA string `envconfig:"GRPC_TLS_CLIENT_CA" default:""`
+	// GRPCTLSClientSANs, comma separated, admits only client certificates
+	// naming one of them (DNS, URI such as a SPIFFE ID, IP or email).
+	GRPCTLSClientSANs string `envconfig:"GRPC_TLS_CLIENT_SANS" default:""`
+	// GRPCTLSReload is how often the TLS files are checked for changes.
+	GRPCTLSReload time.Duration `envconfig:"GRPC_TLS_RELOAD" default:"10s"`
+	// GRPCUDS, set, also serves the gRPC APIs on this Unix socket, in
+	// plaintext (for an Envoy beside the service); empty, none.
+	GRPCUDS string `envconfig:"GRPC_UDS" default:""`
 }
 
 // gRPC message limits: the smallest accepted (64 KiB carries any
@@ -221,7 +237,7 @@ type rule struct {
 // rules lists every variable with a constraint. Variables not listed take
 // any value of their type (strings, bools).
 func (c Config) rules() []rule {
-	return []rule{
+	return append([]rule{
 		{"GRPC_ADDR", "host:port with a port 0-65535, e.g. :9001", c.GRPCAddr, validAddr(c.GRPCAddr)},
 		{"HTTP_ADDR", "host:port with a port 0-65535, e.g. :9090", c.HTTPAddr, validAddr(c.HTTPAddr)},
 		{"LOG_LEVEL", "debug, info, warn or error", c.LogLevel, validLevel(c.LogLevel)},
@@ -267,7 +283,7 @@ func (c Config) rules() []rule {
 		{"OTLP_ENDPOINT", "empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)", redactURL(c.OTLPEndpoint), c.validOTLPEndpoint()},
 		{"OTLP_PROTOCOL", "grpc or http/protobuf", c.OTLPProtocol, c.OTLPProtocol == tracing.ProtocolGRPC || c.OTLPProtocol == tracing.ProtocolHTTP},
 		{"TRACE_SAMPLE_RATIO", "a ratio in [0, 1]", c.TraceSampleRatio, c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1},
-	}
+	}, c.listenRules()...)
 }
 
 // Validate returns every problem of c, one line each, naming the variable,

@@ -67,6 +67,10 @@ type server struct {
 	// its health NOT_SERVING; timeout bounds the in-flight calls after it.
 	drainDelay time.Duration
 	timeout    time.Duration
+	// tls serves the gRPC port with TLS (nil: plaintext); uds is the path
+	// of a Unix socket also serving gRPC ("": none). listen.go.
+	tls *grpcTLS
+	uds string
 }
 
 // serve builds the server from cfg and runs it until ctx ends.
@@ -87,8 +91,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	s := &server{log: log, policy: src, store: store, drainDelay: cfg.DrainDelay, timeout: cfg.ShutdownTimeout}
+	s := &server{log: log, policy: src, store: store, drainDelay: cfg.DrainDelay, timeout: cfg.ShutdownTimeout, uds: cfg.GRPCUDS}
 	defer s.closeStore()
+	if s.tls, err = newGRPCTLS(cfg, reg); err != nil {
+		return err
+	}
 	metrics, err := envoy.NewMetricsWith(reg, cfg.metricsOptions())
 	if err != nil {
 		return err
@@ -204,12 +211,13 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 		return fmt.Errorf("EXTAUTHZ_HTTP_ADDR=%q: %w", httpAddr, err)
 	}
 	s.grpcLn = newNotifyListener(grpcLn)
-	s.log.Info("grpc listening", "addr", grpcLn.Addr().String())
+	s.log.Info("grpc listening", "addr", grpcLn.Addr().String(), "tls", s.tls != nil)
 	s.log.Info("http listening", "addr", httpLn.Addr().String())
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	wg.Go(func() { errc <- s.grpc.Serve(s.grpcLn) })
+	errc := make(chan error, 4)
+	wg.Go(func() { errc <- s.grpc.Serve(s.tls.wrap(s.grpcLn)) })
+	s.serveUnix(&wg, errc)
 	wg.Go(func() { errc <- ignoreClosed(s.http.Serve(httpLn)) })
 	if s.replay != nil {
 		replayLn, err := net.Listen("tcp", s.replay.Addr)
@@ -224,6 +232,7 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 	if s.policy.run != nil {
 		wg.Go(func() { s.watch(watchCtx) })
 	}
+	wg.Go(func() { s.tls.watch(watchCtx, s.log) })
 
 	var runErr error
 	select {
@@ -236,6 +245,21 @@ func (s *server) run(ctx context.Context, grpcAddr, httpAddr string) error {
 	stopWatch()
 	wg.Wait()
 	return runErr
+}
+
+// serveUnix serves gRPC on the Unix socket too, when one is configured;
+// GracefulStop closes it with the TCP listener.
+func (s *server) serveUnix(wg *sync.WaitGroup, errc chan<- error) {
+	if s.uds == "" {
+		return
+	}
+	ln, err := listenUnix(s.uds)
+	if err != nil {
+		errc <- fmt.Errorf("EXTAUTHZ_GRPC_UDS=%q: %w", s.uds, err)
+		return
+	}
+	s.log.Info("grpc unix socket listening", "path", s.uds)
+	wg.Go(func() { errc <- s.grpc.Serve(ln) })
 }
 
 // watch reloads the policy on changes; if watching itself fails the last
