@@ -66,12 +66,17 @@ type Audit struct {
 	// the token (false as well when no token is configured).
 	Remote        string
 	Authenticated bool
-	// Endpoint is the metric label of the call, Method its HTTP method.
-	// The query is left out: a descriptor may carry a credential (an API
-	// key entry) in clear, while Keys hold it hashed as the stores do.
+	// Endpoint is the metric label of the call, Method its HTTP method
+	// ("other" for one the API does not know).
 	Endpoint, Method string
 	// Status is the HTTP status answered; Keys the store keys read,
-	// reset or deleted; Detail the problem's detail on an error.
+	// reset or deleted; Detail, on an error, the problem's title and the
+	// parameter at fault.
+	//
+	// Nothing the caller sent is here verbatim: a descriptor, a JSON field
+	// name or a route name may carry a credential (an API key entry) in
+	// clear, while Keys hold it hashed as the stores do. The problem
+	// answered to the caller may quote its values back; the audit never.
 	Status int
 	Keys   []string
 	Detail string
@@ -150,7 +155,7 @@ func (a *API) route(pattern, endpoint string, h handler) {
 		status, detail := http.StatusOK, ""
 		if err != nil {
 			p := asProblem(err)
-			status, detail, body = p.Status, p.Detail, p
+			status, detail, body = p.Status, p.audit(), p
 			w.Header().Set("Content-Type", authz.ContentTypeProblem)
 		} else {
 			w.Header().Set("Content-Type", "application/json")
@@ -162,7 +167,7 @@ func (a *API) route(pattern, endpoint string, h handler) {
 		_ = enc.Encode(body) // the client hung up: nothing left to tell it
 		a.calls.WithLabelValues(endpoint, strconv.Itoa(status)).Inc()
 		if a.o.Audit != nil {
-			a.o.Audit(Audit{Remote: r.RemoteAddr, Authenticated: authed, Endpoint: endpoint, Method: r.Method, Status: status, Keys: keys, Detail: detail})
+			a.o.Audit(Audit{Remote: r.RemoteAddr, Authenticated: authed, Endpoint: endpoint, Method: auditMethod(r.Method), Status: status, Keys: keys, Detail: detail})
 		}
 	})
 }
@@ -181,4 +186,15 @@ func (a *API) authenticate(r *http.Request) (authed, ok bool) {
 	}
 	authed = subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(scheme):])), []byte(a.o.Token)) == 1
 	return authed, authed
+}
+
+// auditMethod is the method as the audit records it: any token is a
+// method to net/http, so one the API does not know is "other".
+func auditMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
 }
