@@ -106,10 +106,10 @@ func New(o Options) (*API, error) {
 		return nil, err
 	}
 	a.route("GET /v1/ratelimit/state", "ratelimit_state", a.state)
-	a.route("POST /v1/ratelimit/reset", "ratelimit_reset", a.reset)
-	a.route("POST /v1/explain", "explain", a.explain)
+	a.route("POST /v1/ratelimit/reset", "ratelimit_reset", jsonOnly(a.reset))
+	a.route("POST /v1/explain", "explain", jsonOnly(a.explain))
 	a.route("GET /v1/idempotency/record", "record_get", a.recordGet)
-	a.route("DELETE /v1/idempotency/record", "record_delete", a.recordDelete)
+	a.route("DELETE /v1/idempotency/record", "record_delete", jsonOnly(a.recordDelete))
 	a.route("/", "unknown", func(r *http.Request) (any, []string, error) {
 		if allow, ok := methods[r.URL.Path]; ok {
 			return nil, nil, &problem{Status: http.StatusMethodNotAllowed, Title: "Method not allowed",
@@ -136,8 +136,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTT
 // touched, or an error (a *problem, or a store failure: 503).
 type handler func(r *http.Request) (any, []string, error)
 
-// route registers h under pattern; every call is authenticated, answered,
-// counted and audited here, so that no endpoint can forget one of them.
+// route registers h under pattern; every call is checked for a web
+// page's origin, authenticated, answered, counted and audited here, so
+// that no endpoint can forget one of them.
 func (a *API) route(pattern, endpoint string, h handler) {
 	a.calls.WithLabelValues(endpoint, "200") // the series exist before the first call
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -145,12 +146,15 @@ func (a *API) route(pattern, endpoint string, h handler) {
 		var body any
 		var keys []string
 		var err error
-		if ok {
-			body, keys, err = h(r)
-		} else {
+		switch refused := a.refuseBrowser(r); {
+		case refused != nil:
+			err = refused
+		case !ok:
 			err = &problem{Status: http.StatusUnauthorized, Title: "Unauthorized",
 				Detail: "send Authorization: Bearer <EXTAUTHZ_ADMIN_TOKEN>"}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="extauthz-admin"`)
+		default:
+			body, keys, err = h(r)
 		}
 		status, detail := http.StatusOK, ""
 		if err != nil {
