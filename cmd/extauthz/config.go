@@ -200,8 +200,8 @@ func (c Config) grpcMessageLimits() (recv, send int) {
 func loadConfig() (Config, error) {
 	var cfg Config
 	// envconfig stops at the first value it cannot parse and words it in
-	// Go types; check them all first, in our words.
-	if err := parseErrors(os.LookupEnv); err != nil {
+	// Go types; check them all first, in our words, with the Go runtime's.
+	if err := errors.Join(parseErrors(os.LookupEnv), goRuntimeEnvErrors(os.LookupEnv)); err != nil {
 		return cfg, err
 	}
 	if err := envconfig.Process("EXTAUTHZ", &cfg); err != nil {
