@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -208,6 +209,14 @@ func loadConfig() (Config, error) {
 		return cfg, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, cfg.Validate()
+}
+
+// printConfigErrors prints loadConfig's problems, one line each naming
+// its variable (the caller exits 2, as for any other usage error).
+func printConfigErrors(stderr io.Writer, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "extauthz: %s\n", line)
+	}
 }
 
 // rule is what one variable accepts, and whether its value does.
