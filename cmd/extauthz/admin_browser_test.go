@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAdminRefusesWebPagesThroughTheBinary: against a served token-less
@@ -51,5 +52,49 @@ func TestAdminRefusesWebPagesThroughTheBinary(t *testing.T) {
 	}
 	if got, _ := dailyRemaining(t, env, "reset", desc); got != full {
 		t.Fatalf("after the CLI's reset remaining %d, want %d", got, full)
+	}
+}
+
+// TestAdminLogHoldsNoCallerValues: a credential sent in malformed calls to
+// every endpoint of a served admin API never reaches the process's log,
+// while each call leaves its audit line.
+func TestAdminLogHoldsNoCallerValues(t *testing.T) {
+	const secret = "SECRET-91c2e7"
+	p := start(t, "EXTAUTHZ_CONFIG="+examplePolicy(t), "EXTAUTHZ_ADMIN_ADDR=127.0.0.1:0", "EXTAUTHZ_ADMIN_TOKEN=", "EXTAUTHZ_ADMIN_TOKEN_FILE=")
+	base := "http://" + p.adminAddr(t)
+	bad := url.Values{"domain": {"edge"}, "descriptor": {"api_key=" + secret + ",broken"}}.Encode()
+	calls := []struct{ method, target, body string }{
+		{"GET", base + "/v1/ratelimit/state?" + bad, ""},
+		{"POST", base + "/v1/ratelimit/reset?" + bad, ""},
+		{"POST", base + "/v1/explain", `{"ratelimit": {"domain": "edge", "descriptors": [[{"key": "api_key", "value": "x"}]]}, "` + secret + `": 1}`},
+		{"GET", base + "/v1/idempotency/record?identity=acme&key=k&route=" + secret, ""},
+		{"DELETE", base + "/v1/idempotency/record?identity=acme&key=k&route=orders&force=" + secret, ""},
+	}
+	for _, c := range calls {
+		req, err := http.NewRequest(c.method, c.target, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("%s %s: %d, want a refusal", c.method, c.target, resp.StatusCode)
+		}
+	}
+	// The audit line is written after the answer: wait for the last one.
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(p.Logs(), `"msg":"admin call"`) < len(calls) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	logs := p.Logs()
+	if n := strings.Count(logs, `"msg":"admin call"`); n != len(calls) {
+		t.Fatalf("%d audit lines, want %d:\n%s", n, len(calls), logs)
+	}
+	if strings.Contains(logs, secret) {
+		t.Errorf("the log holds the caller's secret:\n%s", logs)
 	}
 }

@@ -1,9 +1,11 @@
 // Package admin is the operator's HTTP API: read and reset rate-limit
 // counters, explain a decision, and inspect or delete an Idempotency-Key
 // record. It serves JSON on its own listener (the caller's), answers
-// errors as problem+json, checks a bearer token when one is set, and
-// reports every call to an audit callback and a counter: libraries do not
-// log, the caller decides where the audit trail goes.
+// errors as problem+json, refuses what a web page could send (origin.go),
+// checks a bearer token when one is set, and reports every call to an
+// audit callback (which never carries a value the caller sent) and a
+// counter: libraries do not log, the caller decides where the audit trail
+// goes.
 //
 // It decides nothing itself, and speaks none of Envoy's protos: state and explanations come from the RLS and
 // ext_authz servers' own planning (rls.RLS.Explain, authz.Authz.Explain),
