@@ -32,8 +32,9 @@ const adminUsage = `usage: extauthz admin COMMAND [flags] [ARGS]
   record delete -route R -key K [-identity I] [-force]
                                         delete it (one in flight only with -force)
   DESCRIPTOR is key=value[,key=value...]; -domain defaults to edge.
-  Every command takes -addr (default $EXTAUTHZ_ADMIN_ADDR, else 127.0.0.1:9003) and -token (default
-  $EXTAUTHZ_ADMIN_TOKEN, or the contents of $EXTAUTHZ_ADMIN_TOKEN_FILE).
+  Every command takes -addr (default $EXTAUTHZ_ADMIN_ADDR, else 127.0.0.1:9003). The token comes from
+  $EXTAUTHZ_ADMIN_TOKEN_FILE (the file's contents) or $EXTAUTHZ_ADMIN_TOKEN, never the command line,
+  which any user of the machine can read (ps).
   Prints the answer as JSON; exits 0 on success, 1 when the call failed or was refused, 2 on a usage error.
 `
 
@@ -88,6 +89,9 @@ func parseAdmin(args []string, stderr io.Writer) (adminCall, adminConn, error) {
 	case "-h", "-help", "--help", "help":
 		return adminCall{}, adminConn{}, flag.ErrHelp
 	}
+	if err := refuseTokenFlag(args); err != nil {
+		return adminCall{}, adminConn{}, err
+	}
 	if cmd == "record" || (cmd == "explain" && len(args) > 0 && args[0] == "http") {
 		if len(args) == 0 {
 			return adminCall{}, adminConn{}, errors.New("record: want get or delete")
@@ -98,7 +102,6 @@ func parseAdmin(args []string, stderr io.Writer) (adminCall, adminConn, error) {
 	fs.SetOutput(stderr)
 	conn := adminConn{}
 	fs.StringVar(&conn.addr, "addr", envOr("EXTAUTHZ_ADMIN_ADDR", adminDefaultAddr), "admin API address")
-	fs.StringVar(&conn.token, "token", "", "bearer token (default $EXTAUTHZ_ADMIN_TOKEN or $EXTAUTHZ_ADMIN_TOKEN_FILE's contents)")
 	build, ok := adminCommands[cmd]
 	if !ok {
 		return adminCall{}, conn, fmt.Errorf("unknown command %q", cmd)
@@ -107,10 +110,22 @@ func parseAdmin(args []string, stderr io.Writer) (adminCall, adminConn, error) {
 	if err != nil {
 		return call, conn, err
 	}
-	if conn.token == "" {
-		conn.token, err = Config{AdminToken: os.Getenv("EXTAUTHZ_ADMIN_TOKEN"), AdminTokenFile: os.Getenv("EXTAUTHZ_ADMIN_TOKEN_FILE")}.adminToken()
-	}
+	conn.token, err = Config{AdminToken: os.Getenv("EXTAUTHZ_ADMIN_TOKEN"), AdminTokenFile: os.Getenv("EXTAUTHZ_ADMIN_TOKEN_FILE")}.adminToken()
 	return call, conn, err
+}
+
+// refuseTokenFlag refuses the -token flag of earlier versions: a command
+// line is readable by every user of the machine (ps, /proc/PID/cmdline).
+// The error does not repeat the value.
+func refuseTokenFlag(args []string) error {
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "token" {
+			return errors.New("-token is not accepted: a token on the command line shows in the process list; " +
+				"put it in a file named by EXTAUTHZ_ADMIN_TOKEN_FILE (or set EXTAUTHZ_ADMIN_TOKEN)")
+		}
+	}
+	return nil
 }
 
 func envOr(name, def string) string {
@@ -233,7 +248,9 @@ func (c adminConn) do(ctx context.Context, call adminCall) (int, []byte, error) 
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	if body != nil {
+	if call.method != http.MethodGet {
+		// Required of every call that changes state or carries a body: a
+		// web page cannot send it across origins without a CORS preflight.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := (&http.Client{Timeout: tryTimeout + time.Second}).Do(req)

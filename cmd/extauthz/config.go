@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -216,14 +217,22 @@ func (c Config) grpcMessageLimits() (recv, send int) {
 func loadConfig() (Config, error) {
 	var cfg Config
 	// envconfig stops at the first value it cannot parse and words it in
-	// Go types; check them all first, in our words.
-	if err := parseErrors(os.LookupEnv); err != nil {
+	// Go types; check them all first, in our words, with the Go runtime's.
+	if err := errors.Join(parseErrors(os.LookupEnv), goRuntimeEnvErrors(os.LookupEnv)); err != nil {
 		return cfg, err
 	}
 	if err := envconfig.Process("EXTAUTHZ", &cfg); err != nil {
 		return cfg, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, cfg.Validate()
+}
+
+// printConfigErrors prints loadConfig's problems, one line each naming
+// its variable (the caller exits 2, as for any other usage error).
+func printConfigErrors(stderr io.Writer, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "extauthz: %s\n", line)
+	}
 }
 
 // rule is what one variable accepts, and whether its value does.

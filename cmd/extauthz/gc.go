@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -83,4 +84,30 @@ func tuneGC(log *slog.Logger) {
 	}
 	// SetMemoryLimit with a negative value only reads the limit.
 	log.Info("garbage collector", "gogc", gogc, "gomemlimit_bytes", debug.SetMemoryLimit(-1))
+}
+
+// goRuntimeEnvErrors checks the Go runtime's variables beside ours: the
+// runtime reads GOGC before main and silently takes its default (100, not
+// our 400) for a value it cannot parse, so such a value stops the process
+// here like any bad setting.
+//
+// GOMEMLIMIT is not here because no code of ours ever sees a bad one: the
+// runtime parses it while it starts, before main or any init, and throws
+// ("fatal error: malformed GOMEMLIMIT", a stack trace, exit 2).
+// TestBadGOMEMLIMITDiesInTheRuntime pins that.
+func goRuntimeEnvErrors(lookup func(string) (string, bool)) error {
+	if v, ok := lookup("GOGC"); ok && v != "" && !validGOGC(v) {
+		return fmt.Errorf("GOGC=%q: want off, or a whole percentage such as 100 (unset: extauthz's %d)", v, defaultGCPercent)
+	}
+	return nil
+}
+
+// validGOGC accepts what the runtime honours: "off", or a decimal int32
+// with an optional minus sign (a negative one turns the collector off).
+func validGOGC(v string) bool {
+	if v == "off" {
+		return true
+	}
+	_, err := strconv.ParseInt(v, 10, 32)
+	return err == nil && !strings.HasPrefix(v, "+")
 }

@@ -60,14 +60,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		if len(args) != 0 {
-			break
+			return usageError(stderr, "serve takes no arguments, got %q", args[0])
 		}
 		return serveMain(ctx, stderr)
 	case "validate":
-		if len(args) != 1 {
-			break
+		switch len(args) {
+		case 0:
+			return usageError(stderr, "validate needs a PATH (a policy file or directory)")
+		case 1:
+			return validateMain(args[0], stdout, stderr)
 		}
-		return validateMain(args[0], stdout, stderr)
+		return usageError(stderr, "validate takes one PATH, got %d arguments", len(args))
 	case "try":
 		return tryMain(ctx, args, stdout, stderr)
 	case "admin":
@@ -79,6 +82,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
+	return usageError(stderr, "unknown command %q", cmd)
+}
+
+// usageError says in one line what was wrong with the command line, then
+// prints the usage, and returns exit code 2.
+func usageError(stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "extauthz: "+format+"\n", args...)
 	fmt.Fprint(stderr, usage)
 	return 2
 }

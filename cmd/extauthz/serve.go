@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,11 +29,7 @@ import (
 func serveMain(ctx context.Context, stderr io.Writer) int {
 	cfg, err := loadConfig()
 	if err != nil {
-		// One line per problem, each naming its variable; exit 2 as for
-		// any other usage error.
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintf(stderr, "extauthz: %s\n", line)
-		}
+		printConfigErrors(stderr, err)
 		return 2
 	}
 	level, _ := cfg.slogLevel() // validated

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/extauthz/extauthz/pkg/policy"
@@ -15,17 +13,16 @@ import (
 // validateMain loads the policy at path as the server would (honouring
 // EXTAUTHZ_MERGE_DOMAINS) and prints every problem (each names its file,
 // line and field) to stderr, or a short summary to stdout when there is none.
+// The environment is checked first by the server's own rules: a value serve
+// would refuse stops validate too (exit 2, serve's lines), rather than
+// being read as a default.
 func validateMain(path string, stdout, stderr io.Writer) int {
-	var opts policy.LoadOptions
-	if v := os.Getenv("EXTAUTHZ_MERGE_DOMAINS"); v != "" {
-		merge, err := strconv.ParseBool(v)
-		if err != nil {
-			fmt.Fprintf(stderr, "EXTAUTHZ_MERGE_DOMAINS: want true or false, got %q\n", v)
-			return 2
-		}
-		opts.MergeDomains = merge
+	cfg, err := loadConfig()
+	if err != nil {
+		printConfigErrors(stderr, err)
+		return 2
 	}
-	p, err := policy.LoadWith(path, opts)
+	p, err := policy.LoadWith(path, policy.LoadOptions{MergeDomains: cfg.MergeDomains})
 	if err != nil {
 		var probs policy.Errors
 		if errors.As(err, &probs) {
@@ -38,13 +35,11 @@ func validateMain(path string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	for _, w := range limitWarnings(p, grpcLimits) {
+	for _, w := range limitWarnings(p, cfg.grpcMessageLimits) {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
-	if cfg, err := loadConfig(); err == nil {
-		for _, w := range lifecycleWarnings(p, cfg) {
-			fmt.Fprintln(stderr, "warning: "+w)
-		}
+	for _, w := range lifecycleWarnings(p, cfg) {
+		fmt.Fprintln(stderr, "warning: "+w)
 	}
 	fmt.Fprintln(stdout, summary(p))
 	for _, a := range p.Allotments() {
@@ -63,8 +58,8 @@ func explainAllotment(a policy.PlacedLimit) string {
 }
 
 // Limits validate checks routes against: gRPC message sizes from the
-// environment (defaults when unset or invalid; serve reports those) and the
-// shipped Envoy configs' buffer limit (envoy/*.yaml).
+// environment (defaults when unset) and the shipped Envoy configs' buffer
+// limit (envoy/*.yaml).
 const (
 	// shippedEnvoyBuffer is per_connection_buffer_limit_bytes and ext_authz
 	// max_request_bytes in envoy/front-proxy.yaml and envoy/sidecar.yaml.
@@ -72,15 +67,6 @@ const (
 	// grpcHeadroom covers a message's headers and framing beside its body.
 	grpcHeadroom = 64 << 10
 )
-
-// grpcLimits reads EXTAUTHZ_GRPC_MAX_RECV_BYTES and _SEND_BYTES.
-func grpcLimits() (recv, send int) {
-	cfg, err := loadConfig()
-	if err != nil {
-		return defaultGRPCMessage, defaultGRPCMessage
-	}
-	return cfg.grpcMessageLimits()
-}
 
 // limitWarnings lists routes whose idempotency caps exceed what the gRPC
 // limits or the shipped Envoy buffers can carry.

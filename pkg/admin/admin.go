@@ -1,9 +1,11 @@
 // Package admin is the operator's HTTP API: read and reset rate-limit
 // counters, explain a decision, and inspect or delete an Idempotency-Key
 // record. It serves JSON on its own listener (the caller's), answers
-// errors as problem+json, checks a bearer token when one is set, and
-// reports every call to an audit callback and a counter: libraries do not
-// log, the caller decides where the audit trail goes.
+// errors as problem+json, refuses what a web page could send (origin.go),
+// checks a bearer token when one is set, and reports every call to an
+// audit callback (which never carries a value the caller sent) and a
+// counter: libraries do not log, the caller decides where the audit trail
+// goes.
 //
 // It decides nothing itself, and speaks none of Envoy's protos: state and explanations come from the RLS and
 // ext_authz servers' own planning (rls.RLS.Explain, authz.Authz.Explain),
@@ -66,12 +68,17 @@ type Audit struct {
 	// the token (false as well when no token is configured).
 	Remote        string
 	Authenticated bool
-	// Endpoint is the metric label of the call, Method its HTTP method.
-	// The query is left out: a descriptor may carry a credential (an API
-	// key entry) in clear, while Keys hold it hashed as the stores do.
+	// Endpoint is the metric label of the call, Method its HTTP method
+	// ("other" for one the API does not know).
 	Endpoint, Method string
 	// Status is the HTTP status answered; Keys the store keys read,
-	// reset or deleted; Detail the problem's detail on an error.
+	// reset or deleted; Detail, on an error, the problem's title and the
+	// parameter at fault.
+	//
+	// Nothing the caller sent is here verbatim: a descriptor, a JSON field
+	// name or a route name may carry a credential (an API key entry) in
+	// clear, while Keys hold it hashed as the stores do. The problem
+	// answered to the caller may quote its values back; the audit never.
 	Status int
 	Keys   []string
 	Detail string
@@ -101,10 +108,10 @@ func New(o Options) (*API, error) {
 		return nil, err
 	}
 	a.route("GET /v1/ratelimit/state", "ratelimit_state", a.state)
-	a.route("POST /v1/ratelimit/reset", "ratelimit_reset", a.reset)
-	a.route("POST /v1/explain", "explain", a.explain)
+	a.route("POST /v1/ratelimit/reset", "ratelimit_reset", jsonOnly(a.reset))
+	a.route("POST /v1/explain", "explain", jsonOnly(a.explain))
 	a.route("GET /v1/idempotency/record", "record_get", a.recordGet)
-	a.route("DELETE /v1/idempotency/record", "record_delete", a.recordDelete)
+	a.route("DELETE /v1/idempotency/record", "record_delete", jsonOnly(a.recordDelete))
 	a.route("/", "unknown", func(r *http.Request) (any, []string, error) {
 		if allow, ok := methods[r.URL.Path]; ok {
 			return nil, nil, &problem{Status: http.StatusMethodNotAllowed, Title: "Method not allowed",
@@ -131,8 +138,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTT
 // touched, or an error (a *problem, or a store failure: 503).
 type handler func(r *http.Request) (any, []string, error)
 
-// route registers h under pattern; every call is authenticated, answered,
-// counted and audited here, so that no endpoint can forget one of them.
+// route registers h under pattern; every call is checked for a web
+// page's origin, authenticated, answered, counted and audited here, so
+// that no endpoint can forget one of them.
 func (a *API) route(pattern, endpoint string, h handler) {
 	a.calls.WithLabelValues(endpoint, "200") // the series exist before the first call
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -140,17 +148,20 @@ func (a *API) route(pattern, endpoint string, h handler) {
 		var body any
 		var keys []string
 		var err error
-		if ok {
-			body, keys, err = h(r)
-		} else {
+		switch refused := a.refuseBrowser(r); {
+		case refused != nil:
+			err = refused
+		case !ok:
 			err = &problem{Status: http.StatusUnauthorized, Title: "Unauthorized",
 				Detail: "send Authorization: Bearer <EXTAUTHZ_ADMIN_TOKEN>"}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="extauthz-admin"`)
+		default:
+			body, keys, err = h(r)
 		}
 		status, detail := http.StatusOK, ""
 		if err != nil {
 			p := asProblem(err)
-			status, detail, body = p.Status, p.Detail, p
+			status, detail, body = p.Status, p.audit(), p
 			w.Header().Set("Content-Type", authz.ContentTypeProblem)
 		} else {
 			w.Header().Set("Content-Type", "application/json")
@@ -162,7 +173,7 @@ func (a *API) route(pattern, endpoint string, h handler) {
 		_ = enc.Encode(body) // the client hung up: nothing left to tell it
 		a.calls.WithLabelValues(endpoint, strconv.Itoa(status)).Inc()
 		if a.o.Audit != nil {
-			a.o.Audit(Audit{Remote: r.RemoteAddr, Authenticated: authed, Endpoint: endpoint, Method: r.Method, Status: status, Keys: keys, Detail: detail})
+			a.o.Audit(Audit{Remote: r.RemoteAddr, Authenticated: authed, Endpoint: endpoint, Method: auditMethod(r.Method), Status: status, Keys: keys, Detail: detail})
 		}
 	})
 }
@@ -181,4 +192,15 @@ func (a *API) authenticate(r *http.Request) (authed, ok bool) {
 	}
 	authed = subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(scheme):])), []byte(a.o.Token)) == 1
 	return authed, authed
+}
+
+// auditMethod is the method as the audit records it: any token is a
+// method to net/http, so one the API does not know is "other".
+func auditMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
 }

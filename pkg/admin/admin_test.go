@@ -112,6 +112,10 @@ func newEnv(t *testing.T, token string) *env {
 func (e *env) do(t *testing.T, method, target, body string, wantStatus int, out any) {
 	t.Helper()
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	req.Host = "127.0.0.1:9003" // the loopback listener
+	if method != "GET" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if e.token != "" {
 		req.Header.Set("Authorization", "Bearer "+e.token)
 	}

@@ -44,7 +44,7 @@ func Example() {
 		return
 	}
 	rec := httptest.NewRecorder()
-	api.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/ratelimit/state?domain=edge&descriptor=tenant=acme,route=orders", nil))
+	api.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:9003/v1/ratelimit/state?domain=edge&descriptor=tenant=acme,route=orders", nil))
 	fmt.Println(rec.Code)
 	fmt.Print(rec.Body)
 	// Output:

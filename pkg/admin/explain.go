@@ -91,11 +91,11 @@ func (a *API) explain(r *http.Request) (any, []string, error) {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		return nil, nil, badRequest("body: %v", err)
+		return nil, nil, badRequest("body", "body: %v", err)
 	}
 	switch {
 	case (in.RateLimit == nil) == (in.HTTP == nil):
-		return nil, nil, badRequest(`send exactly one of "ratelimit" and "http"`)
+		return nil, nil, badRequest("body", `send exactly one of "ratelimit" and "http"`)
 	case in.RateLimit != nil:
 		q, err := in.RateLimit.query()
 		if err != nil {
@@ -110,7 +110,7 @@ func (a *API) explain(r *http.Request) (any, []string, error) {
 func (c *RateLimitCall) query() (rls.Query, error) {
 	q := rls.Query{Domain: c.Domain, HitsAddend: c.HitsAddend}
 	if c.Domain == "" || len(c.Descriptors) == 0 {
-		return q, badRequest("ratelimit: domain and descriptors are required")
+		return q, badRequest("ratelimit", "ratelimit: domain and descriptors are required")
 	}
 	for _, es := range c.Descriptors {
 		d := make([]ratelimit.Entry, len(es))
@@ -124,7 +124,7 @@ func (c *RateLimitCall) query() (rls.Query, error) {
 
 func (a *API) explainHTTP(r *http.Request, c *HTTPCall) (any, []string, error) {
 	if c.Method == "" || c.Path == "" {
-		return nil, nil, badRequest("http: method and path are required")
+		return nil, nil, badRequest("http", "http: method and path are required")
 	}
 	ex, err := a.o.HTTP.Explain(r.Context(), authz.HTTPRequest{Method: c.Method, Path: c.Path, Host: c.Host,
 		Headers: c.Headers, SourceAddress: c.SourceAddress, Principal: c.Principal})

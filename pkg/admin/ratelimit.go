@@ -173,15 +173,15 @@ func seconds(d time.Duration) float64 {
 // or a form body for POST).
 func rlsQuery(r *http.Request) (rls.Query, error) {
 	if err := r.ParseForm(); err != nil {
-		return rls.Query{}, badRequest("%v", err)
+		return rls.Query{}, badRequest("query", "%v", err)
 	}
 	q := rls.Query{Domain: r.Form.Get("domain")}
 	if q.Domain == "" {
-		return q, badRequest("domain is required, e.g. ?domain=edge&descriptor=tenant=acme,route=orders")
+		return q, badRequest("domain", "domain is required, e.g. ?domain=edge&descriptor=tenant=acme,route=orders")
 	}
 	raw := r.Form["descriptor"]
 	if len(raw) == 0 {
-		return q, badRequest("at least one descriptor=k=v[,k=v...] is required")
+		return q, badRequest("descriptor", "at least one descriptor=k=v[,k=v...] is required")
 	}
 	for _, s := range raw {
 		d, err := parseDescriptor(s)
@@ -201,7 +201,7 @@ func parseDescriptor(s string) ([]ratelimit.Entry, error) {
 	for _, part := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(part, "=")
 		if !ok || k == "" {
-			return nil, badRequest("descriptor %q: want k=v[,k=v...], got entry %q", s, part)
+			return nil, badRequest("descriptor", "descriptor %q: want k=v[,k=v...], got entry %q", s, part)
 		}
 		d = append(d, ratelimit.Entry{Key: k, Value: v})
 	}

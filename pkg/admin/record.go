@@ -57,7 +57,7 @@ func (a *API) recordDelete(r *http.Request) (any, []string, error) {
 	force := false
 	if v := r.Form.Get("force"); v != "" {
 		if force, err = strconv.ParseBool(v); err != nil {
-			return nil, nil, badRequest("force=%q: want true or false", v)
+			return nil, nil, badRequest("force", "force=%q: want true or false", v)
 		}
 	}
 	rec, found, err := a.o.Records.Delete(r.Context(), addr.scope, addr.key, force)
@@ -75,15 +75,16 @@ func (a *API) recordQuery(r *http.Request) (recordAddr, error) {
 		return recordAddr{}, &problem{Status: http.StatusNotImplemented, Title: "No idempotency store"}
 	}
 	if err := r.ParseForm(); err != nil {
-		return recordAddr{}, badRequest("%v", err)
+		return recordAddr{}, badRequest("query", "%v", err)
 	}
 	addr := recordAddr{identity: r.Form.Get("identity"), route: r.Form.Get("route"), key: r.Form.Get("key")}
 	if addr.route == "" || addr.key == "" {
-		return addr, badRequest("route and key are required (and identity: the caller's scope, as POST /v1/explain shows it)")
+		return addr, badRequest("route, key", "route and key are required (and identity: the caller's scope, as POST /v1/explain shows it)")
 	}
 	route := a.httpRoute(addr.route)
 	if route == nil {
-		return addr, &problem{Status: http.StatusNotFound, Title: "No such route", Detail: "the policy has no HTTP route " + strconv.Quote(addr.route)}
+		return addr, &problem{Status: http.StatusNotFound, Title: "No such route",
+			Detail: "the policy has no HTTP route " + strconv.Quote(addr.route), param: "route"}
 	}
 	addr.scope = authz.RecordScope(addr.identity, route)
 	return addr, nil
