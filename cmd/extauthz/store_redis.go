@@ -67,7 +67,6 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
-	presence.Start()
 	// The URL may hold a password: log only what it selects.
 	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
 		"sentinels", cfg.sentinelAddrs(), "sentinel_master", cfg.RedisSentinelMaster, "failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
@@ -162,7 +161,20 @@ type redisBacked struct {
 // Warm dials connections and loads both stores' scripts on every master
 // (redisclient.Warm), so that the first calls after readiness are decided
 // on Redis, not in the failure mode.
-func (r *redisBacked) Warm(ctx context.Context) error { return r.warm(ctx) }
+//
+// The replica starts counting itself in Redis (fleet) once that succeeds:
+// its first beat then finds its script loaded, and a replica whose Redis
+// never answered has nothing to count (its fallback divides by 1, or by
+// EXTAUTHZ_FALLBACK_REPLICAS).
+func (r *redisBacked) Warm(ctx context.Context) error {
+	if err := r.warm(ctx); err != nil {
+		return err
+	}
+	if r.presence != nil {
+		r.presence.Start()
+	}
+	return nil
+}
 
 func (r *redisBacked) Ready(ctx context.Context) error {
 	if err := r.events.Ready(ctx); err != nil {

@@ -90,6 +90,7 @@ type Presence struct {
 	now      func() time.Time
 	onError  func(error)
 	count    atomic.Int64
+	joined   atomic.Bool // a beat was sent: Close has something to remove
 	seen     prometheus.Gauge
 
 	stop      chan struct{}
@@ -168,6 +169,7 @@ func (p *Presence) Count() int { return int(p.count.Load()) }
 // Beat registers this replica until now + TTL, counts the live ones and
 // keeps the count. A failed beat keeps the previous count.
 func (p *Presence) Beat(ctx context.Context) (int, error) {
+	p.joined.Store(true)
 	n, err := beatScript.Run(ctx, p.client, []string{p.key}, []any{p.id, p.ttlMS, p.nowArg()}).Int64()
 	if err != nil {
 		return p.Count(), fmt.Errorf("fleet: beat: %w", err)
@@ -215,12 +217,15 @@ const leaveTimeout = time.Second
 // Close stops the beats and removes this replica from the set, so that
 // the others count one fewer at their next beat; a failed removal goes to
 // OnError (the replica is then forgotten at its TTL). Safe to call twice;
-// it does not close the client.
+// it does not close the client. A Presence that never beat sends nothing.
 func (p *Presence) Close() {
 	p.closeOnce.Do(func() {
 		close(p.stop)
 		p.startOnce.Do(func() { close(p.done) }) // never started: nothing to wait for
 		<-p.done
+		if !p.joined.Load() {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
 		cmd := redis.NewIntCmd(ctx, "zrem", p.key, p.id)

@@ -139,10 +139,14 @@ func TestRejectsBadOptions(t *testing.T) {
 	}
 }
 
-// noClient is a client never called: options are checked first.
+// noClient fails every command, as a Redis never reached does.
 type noClient struct{}
 
-func (noClient) Process(context.Context, redis.Cmder) error { return errors.New("not called") }
+func (noClient) Process(_ context.Context, cmd redis.Cmder) error {
+	err := errors.New("a command was sent")
+	cmd.SetErr(err)
+	return err
+}
 
 func gauge(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
@@ -156,4 +160,19 @@ func gauge(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return -1
+}
+
+// TestCloseWithoutBeatSendsNothing: a replica that never counted itself
+// (its Redis never answered the warm-up) has nothing to remove.
+func TestCloseWithoutBeatSendsNothing(t *testing.T) {
+	t.Parallel()
+	var errs []error
+	p, err := fleet.New(noClient{}, fleet.Options{Registerer: prometheus.NewRegistry(), OnError: func(err error) { errs = append(errs, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if len(errs) != 0 {
+		t.Errorf("Close sent a command: %v", errs)
+	}
 }
