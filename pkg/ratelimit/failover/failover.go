@@ -1,6 +1,8 @@
 // Package failover decides what a rate-limit Store answers when its primary
-// (Redis) fails: in Open mode an in-process fallback store decides under the
-// same limits, in Closed mode every request is denied. A circuit breaker
+// (Redis) fails: in Open mode an in-process fallback store decides, each
+// replica under its share of every limit (the limit divided by the number
+// of replicas, Options.Replicas, so that the fleet stays near the limit),
+// in Closed mode every request is denied. A circuit breaker
 // stops sending to a primary that keeps failing, probes it after a
 // cool-down with one call, and recovers by itself.
 //
@@ -35,8 +37,9 @@ import (
 type Mode string
 
 const (
-	// Open decides with the fallback store (per replica, so a conservative
-	// guard rather than the shared limit). The default.
+	// Open decides with the fallback store, which holds this replica's
+	// share of each limit (share.go): a conservative guard, since it
+	// cannot see the shared count. The default.
 	Open Mode = "open"
 	// Closed denies every request.
 	Closed Mode = "closed"
