@@ -53,7 +53,7 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	redis.SetLogger(redisLogger{deps.Logger})
 	events := newRedisEvents(deps.Logger, cfg.RedisCluster)
 	// Every script the process runs on Redis: rate limits, idempotency,
-	// RLQS demands and max_in_flight slots.
+	// RLQS demands, max_in_flight slots and the replica count.
 	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts(), inflightredis.Scripts(), fleet.Scripts())
 	warm := func(ctx context.Context) error { return redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()) }
 	rw := newRewarmer(warm, cfg.warmAttemptTimeout())
@@ -76,7 +76,8 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 // fallbackReplicas is what the fail-open fallback divides each limit by:
 // EXTAUTHZ_FALLBACK_REPLICAS when set, else the live replicas presence last
 // counted in Redis (0, read as 1, until it first counts: a replica that
-// never reached Redis has no count to go by, and is not ready meanwhile).
+// never reached Redis has no count to go by; docs/redis.md states what that
+// costs during an outage).
 func fallbackReplicas(cfg Config, presence *fleet.Presence) func() int {
 	if n := cfg.FallbackReplicas; n > 0 {
 		return func() int { return n }
