@@ -90,6 +90,11 @@ type Config struct {
 	RedisTLSCAFile string `envconfig:"REDIS_TLS_CA_FILE" default:""`
 	// FailureMode is open (fall back to the in-process store) or closed (deny) when Redis fails.
 	FailureMode string `envconfig:"FAILURE_MODE" default:"open"`
+	// FallbackReplicas is how many replicas' fail-open fallbacks share each
+	// limit: each holds 1/N of it while Redis fails. 0 counts the live
+	// replicas in Redis (the count last seen before the outage; 1 when
+	// none was ever seen).
+	FallbackReplicas int `envconfig:"FALLBACK_REPLICAS" default:"0"`
 	// KeyPrefix starts every Redis key; no '{' or '}' (the hash tag's).
 	KeyPrefix string `envconfig:"KEY_PREFIX" default:"xa"`
 	// LocalCache answers keys known to be over limit without Redis until their reset.
@@ -273,6 +278,7 @@ func (c Config) rules() []rule {
 		{"REDIS_TLS_CA_FILE", "empty, or a readable file when EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSCAFile, c.validCAFile()},
 		{"REDIS_TLS_INSECURE_SKIP_VERIFY", "false unless EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSInsecureSkipVerify, !c.RedisTLSInsecureSkipVerify || c.tls()},
 		{"FAILURE_MODE", "open or closed", c.FailureMode, c.FailureMode == "open" || c.FailureMode == "closed"},
+		{"FALLBACK_REPLICAS", "0 (count the live replicas in Redis) to 10000", c.FallbackReplicas, c.FallbackReplicas >= 0 && c.FallbackReplicas <= 10000},
 		// Both Redis stores refuse braces (they would break the hash tag);
 		// checked here so that the mistake stops the process at once.
 		{"KEY_PREFIX", "text without '{' or '}', e.g. xa", c.KeyPrefix, !strings.ContainsAny(c.KeyPrefix, "{}")},

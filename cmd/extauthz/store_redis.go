@@ -14,6 +14,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/allotment"
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
+	"github.com/extauthz/extauthz/pkg/ratelimit/fleet"
 	inflightredis "github.com/extauthz/extauthz/pkg/ratelimit/inflight/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/overlimit"
@@ -52,26 +53,46 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	redis.SetLogger(redisLogger{deps.Logger})
 	events := newRedisEvents(deps.Logger, cfg.RedisCluster)
 	// Every script the process runs on Redis: rate limits, idempotency,
-	// RLQS demands and max_in_flight slots.
-	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts(), inflightredis.Scripts())
+	// RLQS demands, max_in_flight slots and the replica count.
+	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts(), inflightredis.Scripts(), fleet.Scripts())
 	warm := func(ctx context.Context) error { return redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()) }
 	rw := newRewarmer(warm, cfg.warmAttemptTimeout())
 	events.onBreaker = rw.breaker
-	store, err := redisStack(client, mode, cfg, deps, events)
+	presence, err := fleet.New(client, fleet.Options{Prefix: cfg.KeyPrefix, Registerer: deps.Registerer,
+		OnError: func(err error) { events.onError("replicas", "", err) }})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err), client.Close())
+	}
+	store, err := redisStack(client, mode, cfg, deps, events, fallbackReplicas(cfg, presence))
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
 	// The URL may hold a password: log only what it selects.
 	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
 		"sentinels", cfg.sentinelAddrs(), "sentinel_master", cfg.RedisSentinelMaster, "failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)
-	return &redisBacked{Store: store, client: client, events: events, warm: warm, rewarm: rw}, nil
+	return &redisBacked{Store: store, client: client, events: events, warm: warm, rewarm: rw, presence: presence}, nil
+}
+
+// fallbackReplicas is what the fail-open fallback divides each limit by:
+// EXTAUTHZ_FALLBACK_REPLICAS when set, else the live replicas presence last
+// counted in Redis (0, read as 1, until it first counts: a replica that
+// never reached Redis has no count to go by; docs/redis.md states what that
+// costs during an outage).
+func fallbackReplicas(cfg Config, presence *fleet.Presence) func() int {
+	if n := cfg.FallbackReplicas; n > 0 {
+		return func() int { return n }
+	}
+	return presence.Count
 }
 
 // redisStack wraps the Redis store in the failure mode, the allotments
 // (limits with consistency: allotment lease slices through the failure
 // mode, so a lease follows it like any decision) and the local cache:
 // overlimit(allotment(failover(redis))).
-func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps, events *redisEvents) (ratelimit.Store, error) {
+//
+// replicas is the fallback's divisor (failover.Options.Replicas): each
+// replica's fallback holds its share of every limit.
+func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, deps storeDeps, events *redisEvents, replicas func() int) (ratelimit.Store, error) {
 	// The store bounds each decision's wait itself (one deadline per round
 	// trip while coalescing), so failover adds no context and timer per
 	// decision of its own.
@@ -87,7 +108,7 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 	}
 	fs, err := failover.New(rs, failover.Options{
 		Mode: mode, Fallback: fallback, Registerer: deps.Registerer, Now: deps.Now,
-		FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
+		FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause, Replicas: replicas,
 		OnError:  func(node string, err error) { events.onError("ratelimit", node, err) },
 		OnChange: func(node string, open bool, err error) { events.onChange("ratelimit", node, open, err) },
 	})
@@ -133,12 +154,28 @@ type redisBacked struct {
 	// again while a breaker is open.
 	warm   func(context.Context) error
 	rewarm *rewarmer
+	// presence counts the live replicas for the fallback; it beats until
+	// Close, which removes this replica from the count.
+	presence *fleet.Presence
 }
 
 // Warm dials connections and loads both stores' scripts on every master
 // (redisclient.Warm), so that the first calls after readiness are decided
 // on Redis, not in the failure mode.
-func (r *redisBacked) Warm(ctx context.Context) error { return r.warm(ctx) }
+//
+// The replica starts counting itself in Redis (fleet) once that succeeds:
+// its first beat then finds its script loaded, and a replica whose Redis
+// never answered has nothing to count (its fallback divides by 1, or by
+// EXTAUTHZ_FALLBACK_REPLICAS).
+func (r *redisBacked) Warm(ctx context.Context) error {
+	if err := r.warm(ctx); err != nil {
+		return err
+	}
+	if r.presence != nil {
+		r.presence.Start()
+	}
+	return nil
+}
 
 func (r *redisBacked) Ready(ctx context.Context) error {
 	if err := r.events.Ready(ctx); err != nil {
@@ -151,6 +188,9 @@ func (r *redisBacked) Ready(ctx context.Context) error {
 }
 
 func (r *redisBacked) Close() error {
+	if r.presence != nil {
+		r.presence.Close() // before the client it uses
+	}
 	r.rewarm.close()
 	return errors.Join(r.Store.Close(), r.client.Close())
 }

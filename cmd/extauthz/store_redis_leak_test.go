@@ -32,7 +32,7 @@ func TestRedisStackErrorClosesWhatItBuilt(t *testing.T) {
 		reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: "taken"}))
 		before := janitors()
 		cfg := Config{LocalCache: true}
-		if _, err := redisStack(client, failover.Open, cfg, storeDeps{Registerer: reg}, newRedisEvents(slog.New(slog.DiscardHandler), false)); err == nil {
+		if _, err := redisStack(client, failover.Open, cfg, storeDeps{Registerer: reg}, newRedisEvents(slog.New(slog.DiscardHandler), false), nil); err == nil {
 			t.Fatalf("%s already registered: redisStack succeeded, want an error", name)
 		}
 		if after := janitors(); after != before {

@@ -1,6 +1,8 @@
 // Package failover decides what a rate-limit Store answers when its primary
-// (Redis) fails: in Open mode an in-process fallback store decides under the
-// same limits, in Closed mode every request is denied. A circuit breaker
+// (Redis) fails: in Open mode an in-process fallback store decides, each
+// replica under its share of every limit (the limit divided by the number
+// of replicas, Options.Replicas, so that the fleet stays near the limit),
+// in Closed mode every request is denied. A circuit breaker
 // stops sending to a primary that keeps failing, probes it after a
 // cool-down with one call, and recovers by itself.
 //
@@ -35,8 +37,9 @@ import (
 type Mode string
 
 const (
-	// Open decides with the fallback store (per replica, so a conservative
-	// guard rather than the shared limit). The default.
+	// Open decides with the fallback store, which holds this replica's
+	// share of each limit (share.go): a conservative guard, since it
+	// cannot see the shared count. The default.
 	Open Mode = "open"
 	// Closed denies every request.
 	Closed Mode = "closed"
@@ -85,6 +88,11 @@ type Options struct {
 	// whose pool waits for connections) holds every call until Envoy's own
 	// timeout, and Envoy, not the failure mode, decides.
 	CallTimeout time.Duration
+	// Replicas, when set, is how many replicas' fallbacks share each
+	// limit while the primary fails (the live replicas last seen); each
+	// fallback decision divides every limit by it (see share). nil, or a
+	// value below 1, means 1: the fallback applies the whole limit.
+	Replicas func() int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// OnError, when set, is told of every primary failure and the node it
@@ -112,6 +120,7 @@ type Store struct {
 	now      func() time.Time
 	br       *breaker.Set // one breaker per node
 	onError  func(node string, err error)
+	count    func() int // Options.Replicas; nil is 1
 	m        metrics
 	// nodes is a Router primary's Nodes, bound once: a method value made
 	// per decision for breaker.Set.Prune would be an allocation each.
@@ -139,7 +148,11 @@ func New(primary ratelimit.Store, opts Options) (*Store, error) {
 		timeout:  opts.CallTimeout,
 		now:      opts.Now,
 		onError:  opts.OnError,
+		count:    opts.Replicas,
 		m:        m,
+	}
+	if err := s.m.registerReplicas(opts.Registerer, s.replicas); err != nil {
+		return nil, err
 	}
 	s.br, err = breaker.NewSet(opts.FailureThreshold, opts.CoolDown, func(node string, open bool, err error) {
 		s.m.circuitOpen.Set(float64(s.br.Open()))
@@ -278,8 +291,9 @@ func (s *Store) degraded(ctx context.Context, reqs []ratelimit.Request, reason s
 	s.m.fallbacks.WithLabelValues(reason).Add(float64(len(reqs)))
 	if s.mode == Open {
 		// The caller's deadline may be what expired; the in-process
-		// decision is instant and must still be made.
-		return s.fallback.AllowBatch(context.WithoutCancel(ctx), reqs)
+		// decision is instant and must still be made. Each replica's
+		// fallback holds its share of every limit (share.go).
+		return s.fallback.AllowBatch(context.WithoutCancel(ctx), shares(reqs, s.replicas()))
 	}
 	return s.denyAll(reqs)
 }

@@ -49,3 +49,15 @@ func newMetrics(reg prometheus.Registerer, mode Mode) (metrics, error) {
 	m.fallbacks.WithLabelValues(reasonCircuitOpen)
 	return m, nil
 }
+
+// registerReplicas exports the fallback's divisor, read when scraped.
+func (m *metrics) registerReplicas(reg prometheus.Registerer, replicas func() int64) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "extauthz_redis_fallback_replicas",
+		Help: "The number of replicas the fail-open fallback divides each limit by (the live replicas last seen in Redis, or EXTAUTHZ_FALLBACK_REPLICAS).",
+	}, func() float64 { return float64(replicas()) })
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("failover metrics: %w", err)
+	}
+	return nil
+}
