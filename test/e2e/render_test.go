@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -47,6 +48,11 @@ type renderSpec struct {
 	// "otlp" added for it, and a runtime layer makes Envoy export each span
 	// as it ends instead of in batches of 5 or every 5 s.
 	otlp string
+	// callDeadline, when set (an Envoy duration such as "10s"), replaces
+	// every deadline of Envoy's calls to extauthz: the ratelimit filter's
+	// timeout, ext_authz's grpc_service timeout and ext_proc's
+	// message_timeout, per-route overrides included (stretchDeadlines).
+	callDeadline string
 }
 
 var errRender = errors.New("render envoy config")
@@ -98,6 +104,9 @@ func renderListeners(res map[string]any, spec renderSpec) error {
 			if err := eachHCM(lm, func(hcm map[string]any) error { return useTestJWKS(hcm, spec.jwks) }); err != nil {
 				return fmt.Errorf("listener %q: %w", name, err)
 			}
+		}
+		if spec.callDeadline != "" {
+			_ = eachHCM(lm, func(hcm map[string]any) error { stretchDeadlines(hcm, spec.callDeadline); return nil })
 		}
 		if spec.stripFilters {
 			if err := stripHTTPFilters(lm, spec.keepFilters); err != nil {
@@ -333,6 +342,37 @@ func addTracing(doc, res map[string]any, addr string) error {
 		return fmt.Errorf("%w: no http_connection_manager to trace", errRender)
 	}
 	return nil
+}
+
+// stretchDeadlines sets every deadline of a call to extauthz under v (an
+// HTTP connection manager: its filters and its routes' per-filter
+// configurations) to d, and returns how many it set. Route timeouts (the
+// upstream's) are left alone.
+func stretchDeadlines(v any, d string) int {
+	n := 0
+	switch v := v.(type) {
+	case map[string]any:
+		if t, _ := v["@type"].(string); strings.HasSuffix(t, ".ratelimit.v3.RateLimit") && v["timeout"] != nil {
+			v["timeout"] = d // the ratelimit filter's
+			n++
+		}
+		if gs, _ := v["grpc_service"].(map[string]any); gs != nil && gs["timeout"] != nil {
+			gs["timeout"] = d // ext_authz's Check deadline
+			n++
+		}
+		if v["message_timeout"] != nil {
+			v["message_timeout"] = d // ext_proc's, per message
+			n++
+		}
+		for _, c := range v {
+			n += stretchDeadlines(c, d)
+		}
+	case []any:
+		for _, c := range v {
+			n += stretchDeadlines(c, d)
+		}
+	}
+	return n
 }
 
 // eachHCM calls fn with every HTTP connection manager of the listener.
