@@ -6,7 +6,6 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -342,37 +341,6 @@ func addTracing(doc, res map[string]any, addr string) error {
 		return fmt.Errorf("%w: no http_connection_manager to trace", errRender)
 	}
 	return nil
-}
-
-// stretchDeadlines sets every deadline of a call to extauthz under v (an
-// HTTP connection manager: its filters and its routes' per-filter
-// configurations) to d, and returns how many it set. Route timeouts (the
-// upstream's) are left alone.
-func stretchDeadlines(v any, d string) int {
-	n := 0
-	switch v := v.(type) {
-	case map[string]any:
-		if t, _ := v["@type"].(string); strings.HasSuffix(t, ".ratelimit.v3.RateLimit") && v["timeout"] != nil {
-			v["timeout"] = d // the ratelimit filter's
-			n++
-		}
-		if gs, _ := v["grpc_service"].(map[string]any); gs != nil && gs["timeout"] != nil {
-			gs["timeout"] = d // ext_authz's Check deadline
-			n++
-		}
-		if v["message_timeout"] != nil {
-			v["message_timeout"] = d // ext_proc's, per message
-			n++
-		}
-		for _, c := range v {
-			n += stretchDeadlines(c, d)
-		}
-	case []any:
-		for _, c := range v {
-			n += stretchDeadlines(c, d)
-		}
-	}
-	return n
 }
 
 // eachHCM calls fn with every HTTP connection manager of the listener.

@@ -59,24 +59,6 @@ type stackOpts struct {
 	shippedDeadlines bool
 }
 
-// The deadlines of a stack without shippedDeadlines: extauthz's Redis calls
-// (and the idempotency store's) get loadedRedisDeadline, and Envoy's calls to
-// extauthz loadedCallDeadline, above it so that extauthz still answers
-// first when Redis does fail.
-const (
-	loadedRedisDeadline = "2s"
-	loadedCallDeadline  = "10s"
-)
-
-// loadedDeadlines are the replicas' variables for loadedRedisDeadline.
-func loadedDeadlines() []string {
-	var env []string
-	for _, v := range []string{"REDIS_CALL_TIMEOUT", "REDIS_READ_TIMEOUT", "REDIS_WRITE_TIMEOUT", "REDIS_DIAL_TIMEOUT", "IDEMPOTENCY_STORE_TIMEOUT"} {
-		env = append(env, "EXTAUTHZ_"+v+"="+loadedRedisDeadline)
-	}
-	return env
-}
-
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
 type stack struct {
 	t        testing.TB
