@@ -134,9 +134,12 @@ func (o Options) newFailover(tlsConf *tls.Config) (redis.UniversalClient, error)
 	}
 	o.tune(tunables{&opts.PoolSize, &opts.PipelinePoolSize, &opts.MaxRetries, &opts.DialerRetries,
 		&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled, &opts.TLSConfig}, tlsConf)
-	conns := newMasterConns(opts.SentinelAddrs, opts.DialTimeout, opts.TLSConfig)
+	conns := newMasterConns(opts.DialTimeout, opts.TLSConfig)
 	opts.Dialer = conns.Dialer
 	c := redis.NewFailoverClient(opts)
+	// Added before the first dial (the pools dial lazily), so that every
+	// master connection is tracked.
+	c.AddHook(conns)
 	go watchSentinels(c, opts, conns) // ends when c is closed
 	return c, nil
 }

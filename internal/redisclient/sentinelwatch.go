@@ -15,9 +15,9 @@ import (
 // master's address.
 const sentinelWatchEvery = time.Second
 
-// masterConns wraps the failover client's dialer and remembers the
-// connections it opened to a master, so that the watchdog can close the
-// ones to a master the sentinels no longer name.
+// masterConns remembers the failover client's connections to a master, so
+// that the watchdog can close the ones to a master the sentinels no longer
+// name.
 //
 // Why: go-redis drops its connections to the old master when a sentinel's
 // +switch-master message reaches it, but it listens on one sentinel's
@@ -26,39 +26,68 @@ const sentinelWatchEvery = time.Second
 // keeps accepting writes until it is demoted (about ten seconds), and
 // those writes are lost when it resyncs. Every new dial asks the sentinels
 // afresh, so closing the stale connections is enough to move the client.
+//
+// Which connections are a master's: Dialer serves the failover client and
+// every sentinel client go-redis builds, the sentinels it discovered
+// included (their addresses are in no list of ours), so the dial itself
+// cannot tell. The failover client's own dial hook can: only the client's
+// pools dial through it (see DialHook), and only those are tracked.
 type masterConns struct {
-	mu        sync.Mutex
-	conns     map[*trackedConn]struct{}
-	sentinels map[string]bool // dials to these are the sentinels', not tracked
-	dialer    *net.Dialer
-	tls       *tls.Config // nil: plaintext
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	dialer *net.Dialer
+	tls    *tls.Config // nil: plaintext
 }
 
-func newMasterConns(sentinelAddrs []string, dialTimeout time.Duration, tlsConf *tls.Config) *masterConns {
-	m := &masterConns{conns: map[*trackedConn]struct{}{}, sentinels: map[string]bool{}, tls: tlsConf,
+var _ redis.Hook = (*masterConns)(nil)
+
+func newMasterConns(dialTimeout time.Duration, tlsConf *tls.Config) *masterConns {
+	return &masterConns{conns: map[*trackedConn]struct{}{}, tls: tlsConf,
 		dialer: &net.Dialer{Timeout: dialTimeout, KeepAlive: 5 * time.Minute}}
-	for _, a := range sentinelAddrs {
-		m.sentinels[a] = true
-	}
-	return m
 }
 
 // Dialer is the failover client's (and its sentinel clients') dialer. A
 // custom dialer replaces go-redis's own, TLS included, so it does TLS as
-// go-redis would: verifying the host it dials.
+// go-redis would: verifying the host it dials. It wraps each connection
+// so that DialHook can track it by the address dialled.
 func (m *masterConns) Dialer(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := m.dialer.DialContext(ctx, network, addr)
 	if err == nil && m.tls != nil {
 		c, err = m.handshake(ctx, c, addr)
 	}
-	if err != nil || m.sentinels[addr] {
+	if err != nil {
+		return nil, err
+	}
+	return &trackedConn{Conn: c, addr: addr, owner: m}, nil
+}
+
+// DialHook tracks the connections the failover client's pools dial: those
+// go to the master go-redis just asked the sentinels for. Added to the
+// failover client only, it never sees a sentinel client's dial.
+func (m *masterConns) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if tc, ok := c.(*trackedConn); ok && err == nil {
+			m.track(tc)
+		}
 		return c, err
 	}
-	tc := &trackedConn{Conn: c, addr: addr, owner: m}
+}
+
+// ProcessHook leaves commands alone.
+func (m *masterConns) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook leaves pipelines alone.
+func (m *masterConns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (m *masterConns) track(c *trackedConn) {
 	m.mu.Lock()
-	m.conns[tc] = struct{}{}
-	m.mu.Unlock()
-	return tc, nil
+	defer m.mu.Unlock()
+	if !c.closed {
+		m.conns[c] = struct{}{}
+	}
 }
 
 func (m *masterConns) handshake(ctx context.Context, c net.Conn, addr string) (net.Conn, error) {
@@ -92,20 +121,20 @@ func (m *masterConns) closeOthers(master string) int {
 	return len(stale)
 }
 
-// trackedConn is a master connection that leaves the set when closed.
+// trackedConn is a connection that leaves the set of tracked ones when
+// closed.
 type trackedConn struct {
 	net.Conn
-	addr  string
-	owner *masterConns
-	once  sync.Once
+	addr   string
+	owner  *masterConns
+	closed bool // under owner.mu: a closed connection is never tracked
 }
 
 func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.owner.mu.Lock()
-		delete(c.owner.conns, c)
-		c.owner.mu.Unlock()
-	})
+	c.owner.mu.Lock()
+	c.closed = true
+	delete(c.owner.conns, c)
+	c.owner.mu.Unlock()
 	return c.Conn.Close()
 }
 

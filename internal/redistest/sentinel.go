@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +42,8 @@ type Sentinel struct {
 	// master now, Master says.
 	Nodes []*Server
 
-	tb testing.TB
+	procs []*exec.Cmd // the sentinels' processes, in Addrs' order
+	tb    testing.TB
 }
 
 // NewSentinel starts the data nodes and the sentinels on free loopback
@@ -63,12 +65,12 @@ func NewSentinel(tb testing.TB) *Sentinel {
 	s := &Sentinel{Nodes: []*Server{master, replica}, tb: tb}
 	dir := tb.TempDir()
 	for i := 0; i < sentinels; i++ {
-		addr, stop, err := startSentinel(bin, dir, i, master.Addr)
+		addr, proc, stop, err := startSentinel(bin, dir, i, master.Addr)
 		if err != nil {
 			tb.Fatalf("redistest: start sentinel: %v", err)
 		}
 		tb.Cleanup(stop)
-		s.Addrs = append(s.Addrs, addr)
+		s.Addrs, s.procs = append(s.Addrs, addr), append(s.procs, proc)
 	}
 	if err := s.waitSettled(master.Addr, true); err != nil {
 		tb.Fatalf("redistest: %v", err)
@@ -79,14 +81,14 @@ func NewSentinel(tb testing.TB) *Sentinel {
 // startSentinel writes sentinel i's configuration (Sentinel rewrites it, so
 // it must be a file of its own) and starts it on a free port, retrying when
 // another process took the port in between. It returns the sentinel's
-// address and the function that stops it.
-func startSentinel(bin, dir string, i int, master string) (string, func(), error) {
+// address, its process and the function that stops it (paused or not).
+func startSentinel(bin, dir string, i int, master string) (string, *exec.Cmd, func(), error) {
 	host, port, _ := net.SplitHostPort(master)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		p, err := freePort()
 		if err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", i))
 		logFile := filepath.Join(dir, fmt.Sprintf("sentinel-%d-%d.log", i, p))
@@ -101,24 +103,36 @@ func startSentinel(bin, dir string, i int, master string) (string, func(), error
 			"",
 		}, "\n")
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		cmd := exec.Command(bin, conf, "--sentinel")
 		cmd.SysProcAttr = procAttr()
 		if err := cmd.Start(); err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
 		if lastErr = waitPing(&redis.Options{Addr: addr, Password: SentinelPassword}, done); lastErr == nil {
-			return addr, func() { stopProcess(cmd, done) }, nil
+			stop := func() {
+				_ = cmd.Process.Signal(syscall.SIGCONT) // a paused sentinel cannot exit
+				stopProcess(cmd, done)
+			}
+			return addr, cmd, stop, nil
 		}
 		stopProcess(cmd, done)
 		lastErr = fmt.Errorf("%w; log: %s", lastErr, tail(logFile))
 	}
-	return "", nil, lastErr
+	return "", nil, nil, lastErr
 }
+
+// PauseSentinel freezes sentinel i (SIGSTOP): its connections stay open but
+// nothing is answered, as a hung sentinel looks to clients.
+// ResumeSentinel, or the test's cleanup, lets it run again.
+func (s *Sentinel) PauseSentinel(i int) { _ = s.procs[i].Process.Signal(syscall.SIGSTOP) }
+
+// ResumeSentinel continues a paused sentinel (SIGCONT).
+func (s *Sentinel) ResumeSentinel(i int) { _ = s.procs[i].Process.Signal(syscall.SIGCONT) }
 
 // Client returns a client of sentinel i, closed when the test ends.
 func (s *Sentinel) Client(i int) *redis.SentinelClient {

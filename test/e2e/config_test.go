@@ -164,6 +164,45 @@ func TestRenderEnvoy(t *testing.T) {
 	}
 }
 
+// TestRenderEnvoyCallDeadline: a stack without shippedDeadlines gives every
+// call Envoy makes to extauthz the loaded deadline, in the three filters
+// that call it, and leaves the upstream's route timeouts alone.
+func TestRenderEnvoyCallDeadline(t *testing.T) {
+	for _, name := range []string{"front-proxy.yaml", "sidecar.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join(deps.root, "envoy", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := testSpec(name, false)
+			spec.callDeadline = loadedCallDeadline
+			out, err := renderEnvoy(src, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc any
+			if err := yaml.Unmarshal(out, &doc); err != nil {
+				t.Fatal(err)
+			}
+			if n := stretchDeadlines(doc, loadedCallDeadline); n != 3 {
+				t.Errorf("%d deadlines of calls to extauthz, want 3 (ratelimit, ext_authz, ext_proc)", n)
+			}
+			for _, v := range append(collect(doc, "message_timeout"), collect(doc, "grpc_service")...) {
+				if m, ok := v.(map[string]any); ok {
+					v = m["timeout"]
+				}
+				if v != nil && v != loadedCallDeadline {
+					t.Errorf("a call deadline is still %v", v)
+				}
+			}
+			before, _ := renderEnvoy(src, testSpec(name, false))
+			if a, b := strings.Count(string(out), "timeout: "+loadedCallDeadline), strings.Count(string(before), "timeout: "+loadedCallDeadline); a != b+3 {
+				t.Errorf("%d fields of %s after, %d before: want exactly the 3 call deadlines changed", a, loadedCallDeadline, b)
+			}
+		})
+	}
+}
+
 // A cluster the test does not know is an error, not a silent DNS lookup.
 func TestRenderEnvoyUnknownCluster(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join(deps.root, "envoy", "front-proxy.yaml"))

@@ -25,8 +25,9 @@ func TestLatency(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("E2E_LATENCY_N")); err == nil && v > 0 {
 		n = v
 	}
-	full := newStack(t, stackOpts{})
-	base := newStack(t, stackOpts{stripFilters: true, noExtauthz: true})
+	// The shipped deadlines: latency is measured as users run it.
+	full := newStack(t, stackOpts{shippedDeadlines: true})
+	base := newStack(t, stackOpts{stripFilters: true, noExtauthz: true, shippedDeadlines: true})
 	cases := latencyCases(full, base)
 	samples := make([][]time.Duration, len(cases))
 	for i := -n / 10; i < n; i++ { // the first n/10 rounds warm up

@@ -47,6 +47,11 @@ type renderSpec struct {
 	// "otlp" added for it, and a runtime layer makes Envoy export each span
 	// as it ends instead of in batches of 5 or every 5 s.
 	otlp string
+	// callDeadline, when set (an Envoy duration such as "10s"), replaces
+	// every deadline of Envoy's calls to extauthz: the ratelimit filter's
+	// timeout, ext_authz's grpc_service timeout and ext_proc's
+	// message_timeout, per-route overrides included (stretchDeadlines).
+	callDeadline string
 }
 
 var errRender = errors.New("render envoy config")
@@ -98,6 +103,9 @@ func renderListeners(res map[string]any, spec renderSpec) error {
 			if err := eachHCM(lm, func(hcm map[string]any) error { return useTestJWKS(hcm, spec.jwks) }); err != nil {
 				return fmt.Errorf("listener %q: %w", name, err)
 			}
+		}
+		if spec.callDeadline != "" {
+			_ = eachHCM(lm, func(hcm map[string]any) error { stretchDeadlines(hcm, spec.callDeadline); return nil })
 		}
 		if spec.stripFilters {
 			if err := stripHTTPFilters(lm, spec.keepFilters); err != nil {

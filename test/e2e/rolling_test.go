@@ -16,7 +16,10 @@ import (
 )
 
 // The rolling restart tests run the shipped drain: EXTAUTHZ_DRAIN_DELAY at
-// its default, Envoy's health checks as envoy/front-proxy.yaml ships them.
+// its default, Envoy's health checks and call deadlines as
+// envoy/front-proxy.yaml ships them (stackOpts.shippedDeadlines: what a
+// restart costs is a matter of those timings; a call that times out on a
+// starved machine is counted apart, see finish).
 const (
 	// loadRate is the paced request rate through Envoy.
 	loadRate = 400
@@ -34,7 +37,7 @@ const (
 // open; see finish).
 func TestRollingRestartSameAddress(t *testing.T) {
 	// Not parallel: the load needs the machine to itself.
-	s := newStack(t, stackOpts{env: rollingEnv(t)})
+	s := newStack(t, stackOpts{env: rollingEnv(t), shippedDeadlines: true})
 	l := startLoad(t, s)
 	for i := range s.replicas {
 		old := s.replicas[i]
@@ -52,7 +55,7 @@ func TestRollingRestartSameAddress(t *testing.T) {
 // Envoy's cluster holds exactly the new replicas.
 func TestRollingRestartNewAddress(t *testing.T) {
 	// Not parallel: the load needs the machine to itself.
-	s := newStack(t, stackOpts{eds: true, env: rollingEnv(t)})
+	s := newStack(t, stackOpts{eds: true, env: rollingEnv(t), shippedDeadlines: true})
 	l := startLoad(t, s)
 	for i := range s.replicas {
 		old := s.replicas[i]

@@ -49,6 +49,14 @@ type stackOpts struct {
 	// admin serves each replica's admin API (EXTAUTHZ_ADMIN_ADDR, loopback,
 	// no token) on a port of its own: replica.adminAddr.
 	admin bool
+	// shippedDeadlines keeps the deadlines as shipped (extauthz's Redis
+	// calls 50 ms, Envoy's ratelimit filter 100 ms, ext_authz 250 ms): for
+	// the tests whose subject is timing. Every other stack runs with
+	// loadedRedisDeadline and loadedCallDeadline, which a loaded machine
+	// (a shared CI runner, a laptop building) meets, so that a test of
+	// what is decided never gets the failure mode's or Envoy's fail-open
+	// answer instead of Redis's.
+	shippedDeadlines bool
 }
 
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
@@ -147,7 +155,7 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 	} else {
 		r.replayAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))
 	}
-	env := append([]string{
+	env := []string{
 		"EXTAUTHZ_GRPC_ADDR=" + r.grpcAddr,
 		"EXTAUTHZ_HTTP_ADDR=" + r.httpAddr,
 		"EXTAUTHZ_REPLAY_ADDR=" + r.replayAddr,
@@ -158,7 +166,11 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 		// Tests that do not restart replicas need no drain; the rolling
 		// restart tests set the shipped default back (opts.env comes last).
 		"EXTAUTHZ_DRAIN_DELAY=0s",
-	}, s.opts.env...)
+	}
+	if !s.opts.shippedDeadlines {
+		env = append(env, loadedDeadlines()...)
+	}
+	env = append(env, s.opts.env...)
 	if s.opts.admin {
 		r.adminAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(s.t)))
 		env = append(env, "EXTAUTHZ_ADMIN_ADDR="+r.adminAddr)
@@ -216,6 +228,9 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 		otlp:          s.opts.otlp,
 		jwks:          testIDP.jwks,
 		keepJWKS:      s.opts.keepJWKS,
+	}
+	if !s.opts.shippedDeadlines {
+		spec.callDeadline = loadedCallDeadline
 	}
 	if hasReplayCluster(s.opts.config) {
 		spec.endpoints["extauthz_replay"] = s.replayAddrs()

@@ -124,30 +124,49 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	return s.admit(ctx, route, r, limitScope(r.tenant, caller), exempt, rlHeaders)
 }
 
+// answer is ext_authz's response to a Check and where it sends the
+// request, which decides what becomes of an in-flight slot (handSlot).
+type answer struct {
+	resp *authv3.CheckResponse
+	// proceeds: the request goes on down Envoy's filter chain to the route
+	// it asked for (the upstream, or ext_proc replaying stored bytes), and
+	// ext_proc holds its slot until the response ends. False when nothing
+	// the slot limits will run: ext_authz answered it (denied, replayed), or
+	// re-routed it to extauthz's own replay endpoint (an OK response that
+	// sets request headers, which is why this is not read off resp).
+	proceeds bool
+}
+
+// answered is a response that ends the request at ext_authz.
+func answered(resp *authv3.CheckResponse) answer { return answer{resp: resp} }
+
+// proceeding is a response that sends the request on to its route.
+func proceeding(resp *authv3.CheckResponse) answer { return answer{resp: resp, proceeds: true} }
+
 // idempotency takes the Idempotency-Key decision and renders it.
-func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkRequest, rl []*corev3.HeaderValue) *authv3.CheckResponse {
+func (s *Authz) idempotency(ctx context.Context, route *policy.Route, r checkRequest, rl []*corev3.HeaderValue) answer {
 	res := s.gate.decide(ctx, envoy.APIExtAuthz, route, r.idemRequest)
 	switch res.kind {
 	case gateReply:
-		return deniedResponse(codes.PermissionDenied, withHeaders(res.reply, rl))
+		return answered(deniedResponse(codes.PermissionDenied, withHeaders(res.reply, rl)))
 	case gateReplay:
 		if res.stored.BodyRef != nil {
-			return s.replayElsewhere(route, res, rl)
+			return answered(s.replayElsewhere(route, res, rl))
 		}
 		rep := replayReply(route.Idempotency, res.stored)
 		if !replayableHere(rep) {
 			// Admit without a lease; ext_proc replays the bytes.
 			h := handoff{action: envoy.ActionReplay, route: route.Name, fp: res.fp,
 				lease: idempotency.Lease{Scope: keyScope(r.tenant, route), Key: res.key, TTLs: ttlsOf(route.Idempotency)}}
-			return okResponse(rl, h.toStruct())
+			return proceeding(okResponse(rl, h.toStruct()))
 		}
 		s.gate.events.Count(envoy.APIExtAuthz, route.Name, idempotency.EventReplayed)
-		return deniedResponse(codes.PermissionDenied, withHeaders(rep, rl))
+		return answered(deniedResponse(codes.PermissionDenied, withHeaders(rep, rl)))
 	case gateLease:
 		h := handoff{action: envoy.ActionLease, lease: res.lease, route: route.Name, fp: res.fp}
-		return okResponse(rl, h.toStruct())
+		return proceeding(okResponse(rl, h.toStruct()))
 	}
-	return okResponse(rl, nil)
+	return proceeding(okResponse(rl, nil))
 }
 
 // replayableHere reports whether ext_authz can send rep: its body and

@@ -67,15 +67,16 @@ func (s *Authz) takeSlot(ctx context.Context, route *policy.Route, scope string)
 	return &slotHold{key: key, slot: slot, ttl: route.InFlightTTL}, nil, nil
 }
 
-// handSlot gives h to ext_proc in resp's dynamic metadata when resp sends
-// the request upstream; otherwise (denied, or re-routed to extauthz's own
-// replay endpoint) nothing will run, so the slot is released at once.
-func (s *Authz) handSlot(ctx context.Context, resp *authv3.CheckResponse, h *slotHold) *authv3.CheckResponse {
+// handSlot gives h to ext_proc in the response's dynamic metadata when a
+// proceeds (the request goes on to its route); otherwise nothing will run
+// (denied, or re-routed to extauthz's own replay endpoint), so the slot is
+// released at once.
+func (s *Authz) handSlot(ctx context.Context, a answer, h *slotHold) *authv3.CheckResponse {
+	resp := a.resp
 	if h == nil {
 		return resp
 	}
-	ok := resp.GetOkResponse()
-	if ok == nil || len(ok.GetHeaders()) > 0 {
+	if !a.proceeds {
 		s.dropSlot(ctx, h)
 		return resp
 	}

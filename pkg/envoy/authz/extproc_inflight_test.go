@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -267,4 +268,48 @@ func TestMaxInFlightExemptTakesNoSlot(t *testing.T) {
 		t.Fatalf("exempt request holds a slot: %v", md)
 	}
 	wantTooMany(t, e.get(t, "/one/b", "acme"), "")
+}
+
+// TestMaxInFlightReleasedAtResponseEnd: the slot is released by the
+// response's last message itself, while Envoy keeps the stream open (it
+// closes it only when the filter is destroyed, which can be much later):
+// not by response headers that announce more, and not again by the
+// stream's end.
+func TestMaxInFlightReleasedAtResponseEnd(t *testing.T) {
+	headers := func(eos bool) *extprocv3.ProcessingRequest {
+		return respHeaders(respAttrs(viaUpstream, 0), eos, ":status", "200")
+	}
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+		ResponseTrailers: &extprocv3.HttpTrailers{Trailers: hdrs("grpc-status", "0")}}}
+	ends := []struct {
+		name   string
+		before []*extprocv3.ProcessingRequest // the response so far: the request still runs
+		last   *extprocv3.ProcessingRequest
+	}{
+		{"headers with end_of_stream", nil, headers(true)},
+		{"body with end_of_stream", []*extprocv3.ProcessingRequest{headers(false)}, respBody([]byte("done"))},
+		{"trailers", []*extprocv3.ProcessingRequest{headers(false)}, trailers},
+	}
+	for _, end := range ends {
+		t.Run(end.name, func(t *testing.T) {
+			e := startInFlight(t, nil)
+			s := e.openWith(t, wantSlot(t, e.get(t, "/one/a", "acme")))
+			for _, m := range end.before {
+				s.send(m)
+			}
+			wantTooMany(t, e.get(t, "/one/b", "acme"), "")
+			s.send(end.last)
+			// The stream is still open, and ext_proc answers a message
+			// after its release: only the response's end can have freed it.
+			if got := e.inFlight(t, envoy.APIExtProc, envoy.InFlightReleased); got != 1 {
+				t.Fatalf("released %v at the response's end, want 1", got)
+			}
+			wantSlot(t, e.get(t, "/one/c", "acme"))
+			s.close()
+			if got := e.inFlight(t, envoy.APIExtProc, envoy.InFlightReleased); got != 1 {
+				t.Errorf("released %v after the stream closed, want still 1", got)
+			}
+			wantTooMany(t, e.get(t, "/one/d", "acme"), "")
+		})
+	}
 }

@@ -19,9 +19,11 @@ import (
 
 	"github.com/extauthz/extauthz/internal/testclock"
 	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/envoy/internal/envoytest"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob/blobtest"
+	inflightmem "github.com/extauthz/extauthz/pkg/ratelimit/inflight/memstore"
 )
 
 // replayEnv is idemEnv with a replayer, an in-memory blob store and the
@@ -298,5 +300,33 @@ func TestExtProcLetsMarkedReplayThrough(t *testing.T) {
 	s.close()
 	if n := e.event(apiExtProc, idempotency.EventStored) + e.event(apiExtProc, idempotency.EventSkipped); n != 0 {
 		t.Errorf("stored/skipped events = %v, want none", n)
+	}
+}
+
+// TestReplayElsewhereReleasesItsSlot: a replay re-routed to the replay
+// endpoint is admitted (OK with the ticket headers) but sends nothing to
+// the upstream, so ext_authz releases its max_in_flight slot at once
+// instead of handing it to an ext_proc stream that never comes.
+func TestReplayElsewhereReleasesItsSlot(t *testing.T) {
+	r, err := NewReplayer([]byte(strings.Repeat("s", MinReplaySecret)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := inflightmem.New(inflightmem.Config{Now: func() time.Time { return envoytest.T0 }})
+	e := &replayEnv{idemEnv: startIdemStore(t, `
+http:
+  tenant: {header: x-tenant-id}
+  routes:
+    - {name: orders, path_prefix: /orders, max_in_flight: 1, idempotency: {key_required: true}}
+`, nil, WithReplay(r), WithInFlight(slots)), blobs: blobtest.New(), replayer: r}
+	e.storeLarge(t, "/orders/1", "k1", []byte("{}"), []byte("stored"))
+	resp := e.post(t, "/orders/1", "acme", "k1", []byte("{}"))
+	markOf(t, resp)
+	if md := resp.GetDynamicMetadata().GetFields()[envoy.MetadataInFlight]; md != nil {
+		t.Fatalf("re-routed replay hands on an in-flight slot: %v", md)
+	}
+	md := wantLease(t, e.post(t, "/orders/1", "acme", "k2", []byte("{}")), envoy.ActionLease)
+	if md.GetFilterMetadata()[envoy.ExtAuthzNamespace].GetFields()[envoy.MetadataInFlight] == nil {
+		t.Fatal("the next request got no slot: the re-routed replay still holds the only one")
 	}
 }

@@ -146,7 +146,13 @@ deciders[3] = slidingWindow
 
 -- >>> alg sliding_log
 -- sliding_log: a sorted set of admitted hits scored by their time; members
--- "<now>:<index>" are unique without any global counter.
+-- "<now>#<index>" are unique per key without any global counter: index
+-- counts on from the members already at this exact instant (a clock that
+-- stepped back can return to one). Those members only ever leave together
+-- (pruning is by score), so the indices at one instant are 0, 1, 2, ... and
+-- a new one never names an existing member, which ZADD would only rescore.
+-- Members written as "<now>:<index>" (before this scheme, index counted from
+-- the live entries and could repeat) never collide with these.
 local function slidingLog(key, r, p)
   local floorScore = '(' .. fmt(now - p)
   local n = redis.call('ZCOUNT', key, floorScore, '+inf')
@@ -170,13 +176,14 @@ local function slidingLog(key, r, p)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p))
     -- ZADD in chunks: unpack() is bounded by the Lua C stack.
     local score = fmt(now)
+    local first = redis.call('ZCOUNT', key, score, score)
     local i = 0
     while i < hits do
       local args = {}
       local stop = math.min(i + 500, hits)
       while i < stop do
         args[#args + 1] = score
-        args[#args + 1] = score .. ':' .. fmt(n + i)
+        args[#args + 1] = score .. '#' .. fmt(first + i)
         i = i + 1
       end
       redis.call('ZADD', key, unpack(args))

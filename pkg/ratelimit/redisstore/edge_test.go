@@ -139,3 +139,39 @@ func edgeOffset(now int64, p time.Duration) int64 {
 	}
 	return off
 }
+
+// TestSlidingLogClockStepsBackToAnAdmission: Redis's clock (a failed-over
+// node's) steps back to the exact microsecond of an earlier admission
+// whose older neighbours were pruned since. The hit admitted then must be
+// logged beside the earlier one, not in its place: the log must hold every
+// admission, or one more request than the limit gets through.
+func TestSlidingLogClockStepsBackToAnAdmission(t *testing.T) {
+	t.Parallel()
+	_, c := standalone(t)
+	s, clk := fixedStore(t, c)
+	ref := &reference{states: map[string]ratelimit.State{}}
+	key, p := randomKey(t), time.Second
+	limits := []ratelimit.Limit{limitFor(ratelimit.SlidingLog, 3, p)}
+	pu := p.Microseconds()
+	steps := []struct {
+		at      int64 // after t0, in us
+		allowed bool
+	}{
+		{0, true},
+		{1, true},
+		{5, true},       // logged third
+		{pu + 2, true},  // prunes the first two, logged second
+		{5, true},       // the clock steps back: third again, at the third's instant
+		{5, false},      // three in the window
+		{pu + 2, false}, // still three
+	}
+	for i, st := range steps {
+		clk.now = t0 + st.at
+		req := ratelimit.Request{Key: key, Limits: limits, Hits: 1}
+		want := ref.decide(t, req, clk.now)
+		got := decideAt(t, s, []ratelimit.Request{req}, clk.now, false)[0]
+		if got.Allowed != st.allowed || !equalDecision(got, want) {
+			t.Fatalf("step %d at t0%+dus: allowed %v, want %v:\n redis %+v\n    go %+v", i, st.at, got.Allowed, st.allowed, got, want)
+		}
+	}
+}
