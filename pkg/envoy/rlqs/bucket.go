@@ -151,8 +151,11 @@ func (st *stream) share(ctx context.Context, b *bucket, now time.Time) (quota.To
 // the store, caching it for the replica's other streams.
 func (st *stream) allocate(ctx context.Context, b *bucket, now time.Time) (map[string]quota.Share, error) {
 	alloc := st.s.opts.Allocator
-	ctx, cancel := context.WithTimeout(ctx, st.s.opts.StoreTimeout)
+	ctx, cancel := st.storeContext(ctx)
 	defer cancel()
+	if err := ctx.Err(); err != nil { // the report's deadline has passed
+		return nil, err
+	}
 	if b.reported {
 		if err := alloc.Report(ctx, b.storeKey, st.clientID, b.demand, now); err != nil {
 			return nil, err

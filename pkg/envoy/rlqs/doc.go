@@ -39,7 +39,11 @@
 // InvalidArgument. When the demand store fails, FailClosed says what the
 // buckets get: false (open) re-sends the last assignment with a fresh TTL
 // (ALLOW_ALL when there was none), true (closed) sends DENY_ALL. Both are
-// counted; the server logs through Options.Logger, sampled. Drain (at the
+// counted; the server logs through Options.Logger, sampled. A report's (or
+// a tick's) buckets are decided concurrently under one deadline
+// (Options.ReportTimeout): those still undecided when it passes get the
+// failure mode's answer at once, so a slow store costs a report at most its
+// deadline, not one store timeout per bucket. Drain (at the
 // replica's shutdown) ends every stream with UNAVAILABLE: Envoy keeps its
 // assignments and re-opens the stream, on another replica, at its next
 // report.

@@ -49,6 +49,12 @@ type Options struct {
 	// StoreTimeout bounds each demand store call (a report and an
 	// allocation); default 250ms. A call that times out is a store failure.
 	StoreTimeout time.Duration
+	// ReportTimeout bounds the store work of one report, and of one tick,
+	// whatever its number of buckets: they are decided concurrently, and a
+	// bucket still undecided when it passes gets the failure mode's answer
+	// (as when the store fails). Default 1s, well under Envoy's 5 s report
+	// interval.
+	ReportTimeout time.Duration
 	// MaxBuckets bounds the buckets one stream tracks; default 1000.
 	// Buckets beyond it get no assignment (Envoy applies its
 	// no_assignment_behavior) and are counted.
@@ -81,7 +87,7 @@ func (o *Options) defaults() error {
 		return errors.New("rlqs: nil Policy")
 	case o.Allocator == nil:
 		return errors.New("rlqs: nil Allocator")
-	case o.ReportInterval < 0 || o.Tick < 0 || o.StoreTimeout < 0 || o.MaxBuckets < 0 || o.MaxBucketSeries < 0:
+	case o.ReportInterval < 0 || o.Tick < 0 || o.StoreTimeout < 0 || o.ReportTimeout < 0 || o.MaxBuckets < 0 || o.MaxBucketSeries < 0:
 		return errors.New("rlqs: negative option")
 	}
 	if o.ReportInterval == 0 {
@@ -92,6 +98,9 @@ func (o *Options) defaults() error {
 	}
 	if o.StoreTimeout == 0 {
 		o.StoreTimeout = 250 * time.Millisecond
+	}
+	if o.ReportTimeout == 0 {
+		o.ReportTimeout = defaultReportTimeout
 	}
 	if o.MaxBuckets == 0 {
 		o.MaxBuckets = 1000

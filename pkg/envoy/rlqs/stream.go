@@ -78,39 +78,41 @@ func (st *stream) run(first *rlqspb.RateLimitQuotaUsageReports) error {
 }
 
 // report takes one usage report: each bucket's demand is recorded and its
-// assignment re-read; the changed ones go out in one message.
+// assignment re-read; the changed ones go out in one message. The buckets
+// are decided concurrently under one deadline (decideAll).
 func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.s.metrics.reports.Inc()
 	ctx, span := st.s.startReport(st.ctx, st.domain, len(m.GetBucketQuotaUsages()))
 	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
 	defer func() { endReport(span, len(out)) }()
-	for _, u := range m.GetBucketQuotaUsages() {
-		b := st.bucket(u.GetBucketId().GetBucket())
-		if b == nil {
-			continue
+	buckets, usages := st.usages(m)
+	ctx, cancel := st.reportContext(ctx)
+	defer cancel()
+	out = decideAll(ctx, len(buckets), func(ctx context.Context, i int) *rlqspb.RateLimitQuotaResponse_BucketAction {
+		b := buckets[i]
+		for _, u := range usages[i] {
+			st.s.metrics.usage(b.series, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+			b.demand = b.meter.Observe(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
+			st.charge(ctx, b, u.GetNumRequestsAllowed())
+			b.reported = true
 		}
-		st.s.metrics.usage(b.series, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
-		b.demand = b.meter.Observe(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
-		st.charge(ctx, b, u.GetNumRequestsAllowed())
-		b.reported = true
-		if a := st.assign(ctx, b, now); a != nil {
-			out = append(out, a)
-		}
-	}
+		return st.assign(ctx, b, now)
+	})
 	return st.send(out)
 }
 
 // refresh re-reads every bucket's assignment (other clients' reports move
-// it) and re-sends those that changed or are due for a refresh.
+// it) and re-sends those that changed or are due for a refresh, under the
+// same deadline as a report.
 func (st *stream) refresh() error {
 	now := st.s.opts.Now()
-	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
-	for _, key := range slices.Sorted(maps.Keys(st.buckets)) {
-		if a := st.assign(st.ctx, st.buckets[key], now); a != nil {
-			out = append(out, a)
-		}
-	}
+	keys := slices.Sorted(maps.Keys(st.buckets))
+	ctx, cancel := st.reportContext(st.ctx)
+	defer cancel()
+	out := decideAll(ctx, len(keys), func(ctx context.Context, i int) *rlqspb.RateLimitQuotaResponse_BucketAction {
+		return st.assign(ctx, st.buckets[keys[i]], now)
+	})
 	return st.send(out)
 }
 
