@@ -28,6 +28,16 @@ func (blockingStore) Demands(ctx context.Context, _ string, _ time.Time) (map[st
 	return nil, ctx.Err()
 }
 
+func (blockingStore) GrowGrant(ctx context.Context, _ quota.Grant, _ float64, _ time.Time) (float64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (blockingStore) SetGrant(ctx context.Context, _ quota.Grant, _ time.Time) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
 // perTenantPolicy limits every tenant, each value its own budget.
 func perTenantPolicy(t *testing.T) *policy.Policy {
 	t.Helper()

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
 )
 
 // reportWorkers bounds the buckets of one report (or tick) decided at once:
@@ -14,14 +16,27 @@ import (
 // thousand buckets does not open a thousand store calls at once.
 const reportWorkers = 16
 
-// decideAll decides n buckets, up to reportWorkers at a time, and returns
-// their actions in order (nil ones left out). ctx carries the deadline of
-// the whole report: a bucket still undecided when it passes gets the
-// failure mode's answer at once (its store calls fail fast on the ended
-// context), so a report costs at most its deadline, however many buckets
-// it has and however slow the store is.
-func decideAll(ctx context.Context, n int, decide func(context.Context, int) *rlqspb.RateLimitQuotaResponse_BucketAction) []*rlqspb.RateLimitQuotaResponse_BucketAction {
-	actions := make([]*rlqspb.RateLimitQuotaResponse_BucketAction, n)
+// decision is what one bucket's report or tick produced: an action to send
+// (or nil), and a grant to record once it has been sent (a share that does
+// not grow; see stream.grant).
+type decision struct {
+	action *rlqspb.RateLimitQuotaResponse_BucketAction
+	after  *quota.Grant
+}
+
+// decideAll decides n buckets, up to reportWorkers at a time, in order.
+// ctx carries the deadline of the whole report: a bucket still undecided
+// when it passes gets the failure mode's answer at once (its store calls
+// fail fast on the ended context), so a report costs at most its deadline,
+// however many buckets it has and however slow the store is.
+func decideAll(ctx context.Context, n int, decide func(context.Context, int) decision) []decision {
+	out := make([]decision, n)
+	forEach(n, func(i int) { out[i] = decide(ctx, i) })
+	return out
+}
+
+// forEach runs f for 0..n-1, up to reportWorkers at a time.
+func forEach(n int, f func(int)) {
 	sem := make(chan struct{}, reportWorkers)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -29,17 +44,42 @@ func decideAll(ctx context.Context, n int, decide func(context.Context, int) *rl
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			actions[i] = decide(ctx, i)
+			f(i)
 		}()
 	}
 	wg.Wait()
-	out := actions[:0]
-	for _, a := range actions {
-		if a != nil {
-			out = append(out, a)
+}
+
+// actions are the decisions' actions to send, in order.
+func actions(ds []decision) []*rlqspb.RateLimitQuotaResponse_BucketAction {
+	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
+	for _, d := range ds {
+		if d.action != nil {
+			out = append(out, d.action)
 		}
 	}
 	return out
+}
+
+// recordSent records the grants of shares just sent that did not grow,
+// under a deadline of their own: the report's may be spent, and a grant
+// not recorded lets the client's previous one lapse while it still
+// enforces the re-sent one. A failure counts as a store error; the
+// previous grant, no smaller, stays until its TTL.
+func (st *stream) recordSent(ds []decision, now time.Time) {
+	ctx, cancel := st.reportContext(st.ctx)
+	defer cancel()
+	forEach(len(ds), func(i int) {
+		g := ds[i].after
+		if g == nil {
+			return
+		}
+		sctx, cancel := st.storeContext(ctx)
+		defer cancel()
+		if err := st.s.opts.Allocator.SetGrant(sctx, *g, now); err != nil {
+			st.storeFailed(err)
+		}
+	})
 }
 
 // storeContext bounds one bucket's store calls by StoreTimeout within the

@@ -7,11 +7,21 @@
 //
 // One stream is one client: an Envoy's gRPC stream gets a random client ID
 // of its own. An Envoy that reconnects (to this replica or another) is a new
-// client whose first demand is Unknown (a fair share at once); its old entry
-// drops out of the allocation when it expires from the demand store (the
-// store's TTL, two report intervals). Until then the old entry still holds
-// part of the budget, so a reconnect under-admits for up to two intervals
-// and never over-admits.
+// client whose first demand is Unknown; its old demand drops out of the
+// allocation when it expires from the demand store (two report intervals).
+//
+// What counts against the budget is what each client was sent, not what
+// the allocation computed: every assignment sent is recorded as the
+// client's grant (quota.GrantStore) for the assignment's time to live and
+// a second. A share that grows is recorded before it is sent, capped to
+// what the other clients' live grants leave; one that shrinks or is
+// re-sent is recorded after it is sent. So the assignments the Envoys hold
+// never sum above the budget, whether an Envoy joins (it gets its share as
+// the others' shrink, at their next tick) or reconnects (its old stream's
+// grant counts until it expires, 12 s after its last assignment: a
+// reconnect under-admits for up to that, and never over-admits). A first
+// assignment that would be DENY_ALL for want of room is not sent: a
+// reconnected Envoy keeps enforcing its old one meanwhile.
 //
 // A bucket ID is matched against the policy domain named by the stream's
 // first message, through the same descriptor tree as RLS

@@ -9,8 +9,10 @@ import (
 )
 
 // Two replicas on one Redis are one allocator: an Envoy on each splits the
-// budget, and the first is pushed its half by its own replica's tick after
-// the second reported to the other replica.
+// budget. The first is pushed its half by its own replica's tick after the
+// second reported to the other replica, and only then, the first's grant
+// having shrunk in Redis, does the second get its half: never both halves
+// on top of the whole.
 func TestTwoReplicasShareRedis(t *testing.T) {
 	t.Parallel()
 	client := redistest.Standalone(t).Client()
@@ -26,7 +28,7 @@ func TestTwoReplicasShareRedis(t *testing.T) {
 	send(t, a, "quota", usage(acme, 1, 0))
 	recvUntil(t, a, tokens{600, time.Minute, 10})
 	send(t, b, "quota", usage(acme, 1, 0))
-	recvUntil(t, b, tokens{300, time.Minute, 5})
 	replicas[0].clock.Add(time.Second) // a's replica re-reads once its cached allocation is a tick old
 	recvUntil(t, a, tokens{300, time.Minute, 5})
+	recvUntil(t, b, tokens{300, time.Minute, 5})
 }

@@ -118,13 +118,14 @@ func (o *Options) defaults() error {
 // stream's state is its own.
 type Server struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
-	opts    Options
-	metrics *metrics
-	allocs  *allocCache
-	ttl     time.Duration
-	tracer  trace.Tracer
-	domLog  envoy.SampledLog
-	errLog  envoy.SampledLog
+	opts     Options
+	metrics  *metrics
+	allocs   *allocCache
+	ttl      time.Duration
+	grantTTL time.Duration // ttl and a second for the message to arrive
+	tracer   trace.Tracer
+	domLog   envoy.SampledLog
+	errLog   envoy.SampledLog
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -141,8 +142,8 @@ func New(o Options) (*Server, error) {
 	}
 	// Envoy reads assignment_time_to_live in whole seconds.
 	ttl := (2*o.ReportInterval + time.Second).Truncate(time.Second)
-	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick), draining: make(chan struct{}),
-		tracer: tracerOf(o.TracerProvider)}
+	s := &Server{opts: o, metrics: m, ttl: ttl, grantTTL: ttl + time.Second, allocs: newAllocCache(o.Tick),
+		draining: make(chan struct{}), tracer: tracerOf(o.TracerProvider)}
 	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
 	s.domLog.Log, s.errLog.Log = o.Logger, o.Logger
 	return s, nil

@@ -89,7 +89,7 @@ func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 	buckets, usages := st.usages(m)
 	ctx, cancel := st.reportContext(ctx)
 	defer cancel()
-	out = decideAll(ctx, len(buckets), func(ctx context.Context, i int) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	ds := decideAll(ctx, len(buckets), func(ctx context.Context, i int) decision {
 		b := buckets[i]
 		for _, u := range usages[i] {
 			st.s.metrics.usage(b.series, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
@@ -99,7 +99,8 @@ func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 		}
 		return st.assign(ctx, b, now)
 	})
-	return st.send(out)
+	out = actions(ds)
+	return st.sendAndRecord(out, ds, now)
 }
 
 // refresh re-reads every bucket's assignment (other clients' reports move
@@ -110,10 +111,22 @@ func (st *stream) refresh() error {
 	keys := slices.Sorted(maps.Keys(st.buckets))
 	ctx, cancel := st.reportContext(st.ctx)
 	defer cancel()
-	out := decideAll(ctx, len(keys), func(ctx context.Context, i int) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	ds := decideAll(ctx, len(keys), func(ctx context.Context, i int) decision {
 		return st.assign(ctx, st.buckets[keys[i]], now)
 	})
-	return st.send(out)
+	return st.sendAndRecord(actions(ds), ds, now)
+}
+
+// sendAndRecord sends the actions, then records the grants that wait for
+// the send (recordSent): a share that shrinks is recorded only once it is
+// on its way, so that no other client grows into room this one still
+// holds.
+func (st *stream) sendAndRecord(out []*rlqspb.RateLimitQuotaResponse_BucketAction, ds []decision, now time.Time) error {
+	if err := st.send(out); err != nil {
+		return err
+	}
+	st.recordSent(ds, now)
+	return nil
 }
 
 func (st *stream) send(actions []*rlqspb.RateLimitQuotaResponse_BucketAction) error {

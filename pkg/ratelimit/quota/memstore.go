@@ -19,7 +19,8 @@ type MemoryStore struct {
 	ttl time.Duration
 
 	mu        sync.Mutex
-	buckets   map[string]map[string]demandEntry
+	buckets   map[string]map[string]demandEntry // demands
+	grants    map[string]map[string]demandEntry // grants: demand is the granted rate
 	lastSweep time.Time
 }
 
@@ -38,7 +39,8 @@ func NewMemoryStore(o MemoryOptions) (*MemoryStore, error) {
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
 	}
-	return &MemoryStore{ttl: o.TTL, buckets: make(map[string]map[string]demandEntry)}, nil
+	return &MemoryStore{ttl: o.TTL, buckets: make(map[string]map[string]demandEntry),
+		grants: make(map[string]map[string]demandEntry)}, nil
 }
 
 // Report records the demand until now + TTL. Once per TTL it also drops every
@@ -88,17 +90,64 @@ func (s *MemoryStore) Demands(_ context.Context, bucketKey string, now time.Time
 	return out, nil
 }
 
-// sweep drops expired entries and empty buckets; s.mu is held.
+// GrowGrant records g, capped to what the budget leaves after the other
+// clients' live grants.
+func (s *MemoryStore) GrowGrant(_ context.Context, g Grant, budget float64, now time.Time) (float64, error) {
+	rate, err := CheckGrant(g)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	others := 0.0
+	for id, e := range s.grants[g.Bucket] {
+		if id != g.Client && now.Before(e.expires) {
+			others += e.demand
+		}
+	}
+	rate = GrowRate(rate, budget, others)
+	s.setGrant(g, rate, now)
+	return rate, nil
+}
+
+// SetGrant records g as it is.
+func (s *MemoryStore) SetGrant(_ context.Context, g Grant, now time.Time) error {
+	rate, err := CheckGrant(g)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setGrant(g, rate, now)
+	return nil
+}
+
+// setGrant stores a grant; s.mu is held.
+func (s *MemoryStore) setGrant(g Grant, rate float64, now time.Time) {
+	b := s.grants[g.Bucket]
+	if b == nil {
+		b = make(map[string]demandEntry)
+		s.grants[g.Bucket] = b
+	}
+	b[g.Client] = demandEntry{demand: rate, expires: now.Add(g.TTL)}
+	if now.Sub(s.lastSweep) >= s.ttl || now.Before(s.lastSweep) {
+		s.sweep(now)
+	}
+}
+
+// sweep drops expired entries and empty buckets of both maps; s.mu is held.
 func (s *MemoryStore) sweep(now time.Time) {
 	s.lastSweep = now
-	for key, b := range s.buckets {
-		for id, e := range b {
-			if !now.Before(e.expires) {
-				delete(b, id)
+	for _, m := range []map[string]map[string]demandEntry{s.buckets, s.grants} {
+		for key, b := range m {
+			for id, e := range b {
+				if !now.Before(e.expires) {
+					delete(b, id)
+				}
 			}
-		}
-		if len(b) == 0 {
-			delete(s.buckets, key)
+			if len(b) == 0 {
+				delete(m, key)
+			}
 		}
 	}
 }
@@ -108,8 +157,10 @@ func (s *MemoryStore) entries() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, b := range s.buckets {
-		n += len(b)
+	for _, m := range []map[string]map[string]demandEntry{s.buckets, s.grants} {
+		for _, b := range m {
+			n += len(b)
+		}
 	}
 	return n
 }
