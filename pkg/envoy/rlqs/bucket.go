@@ -136,6 +136,11 @@ func (st *stream) grant(ctx context.Context, b *bucket, want quota.TokenBucket, 
 		g.Rate = want.Rate()
 		return decision{action: st.tokenBucket(b, want, now), after: &g}
 	}
+	if !b.sent {
+		// A first assignment may take over its peer's orphaned grant: the
+		// Envoy it came from may be this one, reconnected.
+		g.Peer = st.peer
+	}
 	sctx, cancel := st.storeContext(ctx)
 	defer cancel()
 	if err := sctx.Err(); err != nil { // the report's deadline has passed
@@ -148,9 +153,10 @@ func (st *stream) grant(ctx context.Context, b *bucket, want quota.TokenBucket, 
 	if !b.sent && tb.DenyAll && !want.DenyAll {
 		// No room yet for a first assignment: send nothing, and try again
 		// at the next tick, once the others' shares have shrunk. An Envoy
-		// that reconnected keeps enforcing what its old stream was sent
-		// (counted under the old client ID until it expires); a new one
-		// applies its no_assignment_behavior meanwhile.
+		// that reconnected (and found no orphan of its peer to take over)
+		// keeps enforcing what its old stream was sent, counted under the
+		// old client ID until it expires; a new one applies its
+		// no_assignment_behavior meanwhile.
 		return decision{}
 	}
 	if !due && b.sent && b.lastKind == kindShared && !quota.Material(b.last, tb) {

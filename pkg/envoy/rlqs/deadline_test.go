@@ -38,6 +38,11 @@ func (blockingStore) SetGrant(ctx context.Context, _ quota.Grant, _ time.Time) e
 	return ctx.Err()
 }
 
+func (blockingStore) OrphanGrant(ctx context.Context, _ quota.Grant, _ time.Time) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
 // perTenantPolicy limits every tenant, each value its own budget.
 func perTenantPolicy(t *testing.T) *policy.Policy {
 	t.Helper()

@@ -198,3 +198,37 @@ func TestReconnectNeverOverGrants(t *testing.T) {
 		t.Errorf("across A's reconnect the fleet enforced up to %.3f/s, over the limit of 10/s (now %v)", total, rates)
 	}
 }
+
+// A reconnecting Envoy whose old share nobody else can give back (the other
+// Envoy is under its fair share and does not shrink) is sent its new share
+// at once: its new stream takes over the grant its old stream left to their
+// peer, instead of waiting for that grant to expire while the Envoy's old
+// assignment runs out (then Envoy applies expired_assignment_behavior,
+// ALLOW_ALL in the shipped config). The clock stands still here, so no
+// grant expires: only the takeover can make room.
+func TestReconnectTakesOverItsOldGrant(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	h := newHarness(t, Options{Tick: 100 * time.Millisecond}, nil, f.interceptor())
+	a, cancelA := h.openAs(t, "A", 1)
+	b, _ := h.openAs(t, "B", 1)
+	send(t, a, "quota", usage(acme, 1, 0))
+	waitFor(t, f, "A's first assignment", func(r map[string]float64, _ map[string]string) bool { return r["A"] > 0 })
+	send(t, b, "quota", usage(acme, 1, 0))
+	waitFor(t, f, "the split", func(r map[string]float64, _ map[string]string) bool { return r["A"] == 5 && r["B"] == 5 })
+	h.clock.Add(quota.ReportInterval)
+	send(t, a, "", usage(acme, 50, 0)) // 10/s: more than its share
+	send(t, b, "", usage(acme, 10, 0)) // 2/s: all it wants
+	waitFor(t, f, "A 8/s, B 2/s", func(r map[string]float64, _ map[string]string) bool { return r["A"] == 8 && r["B"] == 2 })
+
+	f.resetMax()
+	cancelA()
+	a2, _ := h.openAs(t, "A", 2)
+	send(t, a2, "quota", usage(acme, 40, 0))
+	waitFor(t, f, "A's first assignment on its new stream", func(_ map[string]float64, from map[string]string) bool {
+		return from["A"] == "2"
+	})
+	if _, _, total := f.snapshot(); overBudget(total) {
+		t.Errorf("across A's reconnect the fleet held up to %.3f/s, over the limit of 10/s", total)
+	}
+}

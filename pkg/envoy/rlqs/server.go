@@ -122,7 +122,7 @@ type Server struct {
 	metrics  *metrics
 	allocs   *allocCache
 	ttl      time.Duration
-	grantTTL time.Duration // ttl and a second for the message to arrive
+	grantTTL time.Duration // as long as an assignment lives at the Envoy
 	tracer   trace.Tracer
 	domLog   envoy.SampledLog
 	errLog   envoy.SampledLog
@@ -142,7 +142,7 @@ func New(o Options) (*Server, error) {
 	}
 	// Envoy reads assignment_time_to_live in whole seconds.
 	ttl := (2*o.ReportInterval + time.Second).Truncate(time.Second)
-	s := &Server{opts: o, metrics: m, ttl: ttl, grantTTL: ttl + time.Second, allocs: newAllocCache(o.Tick),
+	s := &Server{opts: o, metrics: m, ttl: ttl, grantTTL: ttl, allocs: newAllocCache(o.Tick),
 		draining: make(chan struct{}), tracer: tracerOf(o.TracerProvider)}
 	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
 	s.domLog.Log, s.errLog.Log = o.Logger, o.Logger

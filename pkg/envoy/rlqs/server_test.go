@@ -330,7 +330,8 @@ func (failingStore) Demands(context.Context, string, time.Time) (map[string]floa
 func (failingStore) GrowGrant(context.Context, quota.Grant, float64, time.Time) (float64, error) {
 	return 0, errDown
 }
-func (failingStore) SetGrant(context.Context, quota.Grant, time.Time) error { return errDown }
+func (failingStore) SetGrant(context.Context, quota.Grant, time.Time) error    { return errDown }
+func (failingStore) OrphanGrant(context.Context, quota.Grant, time.Time) error { return errDown }
 
 // The demand store down: fail closed denies, fail open allows (nothing to
 // extend yet); both counted. Blanket buckets do not need the store.
@@ -465,6 +466,13 @@ func (f *flakyStore) SetGrant(ctx context.Context, g quota.Grant, now time.Time)
 		return errDown
 	}
 	return f.MemoryStore.SetGrant(ctx, g, now)
+}
+
+func (f *flakyStore) OrphanGrant(ctx context.Context, g quota.Grant, now time.Time) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.MemoryStore.OrphanGrant(ctx, g, now)
 }
 
 // The store fails after a first assignment: fail open re-sends that

@@ -3,11 +3,13 @@ package rlqs
 import (
 	"context"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/peer"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
@@ -21,13 +23,14 @@ type stream struct {
 	ctx      context.Context
 	domain   string
 	clientID string
+	peer     string             // the peer's host: whose orphaned grants this stream may take over
 	buckets  map[string]*bucket // by canonical bucket ID
 	overflow map[string]struct{}
 }
 
 func newStream(s *Server, g rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer, domain, clientID string) *stream {
 	return &stream{
-		s: s, grpc: g, ctx: g.Context(), domain: domain, clientID: clientID,
+		s: s, grpc: g, ctx: g.Context(), domain: domain, clientID: clientID, peer: peerHost(g.Context()),
 		buckets: map[string]*bucket{}, overflow: map[string]struct{}{},
 	}
 }
@@ -163,11 +166,48 @@ func (st *stream) bucket(id map[string]string) *bucket {
 	return b
 }
 
-// close gives back this stream's part of the assigned-rate gauges.
+// close gives back this stream's part of the assigned-rate gauges and
+// leaves its grants as orphans to its peer: the Envoy behind the stream
+// still enforces them until they expire, unless it reconnects, and then its
+// new stream takes them over (quota.GrantStore.OrphanGrant) instead of
+// waiting for them to expire while its old assignments run out.
 func (st *stream) close() {
+	var granted []*bucket
 	for _, b := range st.buckets {
 		st.s.metrics.assigned(b.series, -b.assignedRate)
+		if b.sent && b.lastKind == kindShared {
+			granted = append(granted, b)
+		}
 	}
+	if st.peer == "" || len(granted) == 0 {
+		return
+	}
+	// The stream's context has ended: the marking gets a deadline of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(st.ctx), st.s.opts.ReportTimeout)
+	defer cancel()
+	now := st.s.opts.Now()
+	forEach(len(granted), func(i int) {
+		sctx, cancel := st.storeContext(ctx)
+		defer cancel()
+		g := quota.Grant{Bucket: granted[i].storeKey, Client: st.clientID, Peer: st.peer}
+		if err := st.s.opts.Allocator.OrphanGrant(sctx, g, now); err != nil {
+			st.storeFailed(err)
+		}
+	})
+}
+
+// peerHost is the host of the stream's peer address (the Envoy's IP: its
+// port changes with every connection), or "" when unknown.
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	addr := p.Addr.String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // canonical is a bucket ID as one string: entries in key order, escaped as

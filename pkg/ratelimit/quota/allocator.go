@@ -113,6 +113,15 @@ func (a *Allocator) SetGrant(ctx context.Context, g Grant, now time.Time) error 
 	return nil
 }
 
+// OrphanGrant leaves a gone client's grant to its peer
+// (GrantStore.OrphanGrant): call it when a client's stream ends.
+func (a *Allocator) OrphanGrant(ctx context.Context, g Grant, now time.Time) error {
+	if err := a.store.OrphanGrant(ctx, g, now); err != nil {
+		return fmt.Errorf("quota: orphan grant of %q: %w", g.Bucket, err)
+	}
+	return nil
+}
+
 // RateOf converts a limit of requests per period to requests per second, the
 // unit of budgets; 0 when period is not positive.
 func RateOf(requests int64, period time.Duration) float64 {

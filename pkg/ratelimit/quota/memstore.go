@@ -20,13 +20,19 @@ type MemoryStore struct {
 
 	mu        sync.Mutex
 	buckets   map[string]map[string]demandEntry // demands
-	grants    map[string]map[string]demandEntry // grants: demand is the granted rate
+	grants    map[string]map[string]grantEntry
 	lastSweep time.Time
 }
 
 type demandEntry struct {
 	demand  float64
 	expires time.Time
+}
+
+type grantEntry struct {
+	rate     float64
+	expires  time.Time
+	orphanOf string // the peer an orphan is left to; "" for a live client's grant
 }
 
 var _ DemandStore = (*MemoryStore)(nil)
@@ -40,7 +46,7 @@ func NewMemoryStore(o MemoryOptions) (*MemoryStore, error) {
 		o.TTL = DefaultTTL
 	}
 	return &MemoryStore{ttl: o.TTL, buckets: make(map[string]map[string]demandEntry),
-		grants: make(map[string]map[string]demandEntry)}, nil
+		grants: make(map[string]map[string]grantEntry)}, nil
 }
 
 // Report records the demand until now + TTL. Once per TTL it also drops every
@@ -91,7 +97,8 @@ func (s *MemoryStore) Demands(_ context.Context, bucketKey string, now time.Time
 }
 
 // GrowGrant records g, capped to what the budget leaves after the other
-// clients' live grants.
+// clients' live grants; when it does not fit, it first takes over the
+// smallest orphan of g.Peer.
 func (s *MemoryStore) GrowGrant(_ context.Context, g Grant, budget float64, now time.Time) (float64, error) {
 	rate, err := CheckGrant(g)
 	if err != nil {
@@ -99,15 +106,37 @@ func (s *MemoryStore) GrowGrant(_ context.Context, g Grant, budget float64, now 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	b := s.grants[g.Bucket]
 	others := 0.0
-	for id, e := range s.grants[g.Bucket] {
+	for id, e := range b {
 		if id != g.Client && now.Before(e.expires) {
-			others += e.demand
+			others += e.rate
+		}
+	}
+	if GrowRate(rate, budget, others) < rate {
+		if id, ok := smallestOrphan(b, g.Peer, now); ok {
+			others -= b[id].rate
+			delete(b, id)
 		}
 	}
 	rate = GrowRate(rate, budget, others)
-	s.setGrant(g, rate, now)
+	s.setGrant(g, grantEntry{rate: rate, expires: now.Add(g.TTL)}, now)
 	return rate, nil
+}
+
+// smallestOrphan is the live orphan of peer with the smallest rate (then the
+// smallest client ID); none for an empty peer.
+func smallestOrphan(b map[string]grantEntry, peer string, now time.Time) (string, bool) {
+	best, found := "", false
+	for id, e := range b {
+		if peer == "" || e.orphanOf != peer || !now.Before(e.expires) {
+			continue
+		}
+		if !found || e.rate < b[best].rate || (e.rate == b[best].rate && id < best) {
+			best, found = id, true
+		}
+	}
+	return best, found
 }
 
 // SetGrant records g as it is.
@@ -118,18 +147,32 @@ func (s *MemoryStore) SetGrant(_ context.Context, g Grant, now time.Time) error 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.setGrant(g, rate, now)
+	s.setGrant(g, grantEntry{rate: rate, expires: now.Add(g.TTL)}, now)
+	return nil
+}
+
+// OrphanGrant leaves g.Client's live grant to g.Peer.
+func (s *MemoryStore) OrphanGrant(_ context.Context, g Grant, now time.Time) error {
+	if g.Bucket == "" || g.Client == "" {
+		return ErrInvalid
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.grants[g.Bucket][g.Client]; ok && now.Before(e.expires) {
+		e.orphanOf = g.Peer
+		s.grants[g.Bucket][g.Client] = e
+	}
 	return nil
 }
 
 // setGrant stores a grant; s.mu is held.
-func (s *MemoryStore) setGrant(g Grant, rate float64, now time.Time) {
+func (s *MemoryStore) setGrant(g Grant, e grantEntry, now time.Time) {
 	b := s.grants[g.Bucket]
 	if b == nil {
-		b = make(map[string]demandEntry)
+		b = make(map[string]grantEntry)
 		s.grants[g.Bucket] = b
 	}
-	b[g.Client] = demandEntry{demand: rate, expires: now.Add(g.TTL)}
+	b[g.Client] = e
 	if now.Sub(s.lastSweep) >= s.ttl || now.Before(s.lastSweep) {
 		s.sweep(now)
 	}
@@ -138,16 +181,19 @@ func (s *MemoryStore) setGrant(g Grant, rate float64, now time.Time) {
 // sweep drops expired entries and empty buckets of both maps; s.mu is held.
 func (s *MemoryStore) sweep(now time.Time) {
 	s.lastSweep = now
-	for _, m := range []map[string]map[string]demandEntry{s.buckets, s.grants} {
-		for key, b := range m {
-			for id, e := range b {
-				if !now.Before(e.expires) {
-					delete(b, id)
-				}
+	sweepMap(s.buckets, func(e demandEntry) bool { return !now.Before(e.expires) })
+	sweepMap(s.grants, func(e grantEntry) bool { return !now.Before(e.expires) })
+}
+
+func sweepMap[E any](m map[string]map[string]E, expired func(E) bool) {
+	for key, b := range m {
+		for id, e := range b {
+			if expired(e) {
+				delete(b, id)
 			}
-			if len(b) == 0 {
-				delete(m, key)
-			}
+		}
+		if len(b) == 0 {
+			delete(m, key)
 		}
 	}
 }
@@ -157,10 +203,11 @@ func (s *MemoryStore) entries() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, m := range []map[string]map[string]demandEntry{s.buckets, s.grants} {
-		for _, b := range m {
-			n += len(b)
-		}
+	for _, b := range s.buckets {
+		n += len(b)
+	}
+	for _, b := range s.grants {
+		n += len(b)
 	}
 	return n
 }

@@ -66,8 +66,12 @@ type Grant struct {
 	Client string  // the client ID
 	Rate   float64 // requests per second; NaN and negative are 0
 	// TTL is how long the client may enforce the grant without hearing
-	// again: no shorter than the assignment's time to live at the client.
+	// again: the assignment's time to live at the client.
 	TTL time.Duration
+	// Peer, on GrowGrant, lets the grant take over an orphan of that peer
+	// (OrphanGrant) and, on OrphanGrant, names the peer the orphan is
+	// left to. Empty: no takeover.
+	Peer string
 }
 
 // GrantStore keeps the rate each client of a bucket was last sent, until
@@ -83,12 +87,22 @@ type GrantStore interface {
 	// GrowGrant records g with its Rate lowered, when needed, to what the
 	// budget leaves after the other clients' live grants (never below 0),
 	// and returns the rate recorded. The client's own previous grant does
-	// not count against it.
+	// not count against it. When g.Rate does not fit and g.Peer is set, the
+	// smallest orphan of that peer (OrphanGrant) is dropped first.
 	GrowGrant(ctx context.Context, g Grant, budget float64, now time.Time) (float64, error)
 	// SetGrant records g as it is: for a rate no larger than the client's
 	// previous grant (a decrease, or a re-send that extends it), which needs
 	// no room and is recorded after it was sent.
 	SetGrant(ctx context.Context, g Grant, now time.Time) error
+	// OrphanGrant marks the live grant of g.Client on g.Bucket as left by a
+	// client that is gone (a stream that ended) to g.Peer, keeping its rate
+	// and expiry: the client behind it may still enforce it, or come back
+	// under a new ID. A GrowGrant with the same Peer that does not fit
+	// otherwise then takes over (drops) the smallest orphan of that peer
+	// instead of waiting for it to expire: a reconnecting client's own
+	// orphan is at least that large, so taking the smallest never frees
+	// more than the taker gives up. No live grant, nothing done.
+	OrphanGrant(ctx context.Context, g Grant, now time.Time) error
 }
 
 // GrantSlack is the rounding GrowGrant forgives: a rate that exceeds what

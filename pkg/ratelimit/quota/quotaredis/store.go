@@ -13,7 +13,10 @@
 // <prefix>:q:{<bucket key>}:g, field = client ID, value = "<expiry ms>
 // <rate>", written by one script that, for GrowGrant, sums the other live
 // grants and caps the new one in the same step, so that two replicas
-// growing grants of one bucket at once cannot both take the same room.
+// growing grants of one bucket at once cannot both take the same room. An
+// orphan (a grant whose stream ended) carries its peer as a third field,
+// "<expiry ms> <rate> <peer>"; a grant that does not fit takes over the
+// smallest orphan of its peer in the same step.
 //
 // The scripts are safe to run twice (a report rewrites the same demand with
 // a later expiry, a read deletes only what has expired, a grant records the
@@ -46,6 +49,8 @@ var (
 	demandsSrc string
 	//go:embed grant.lua
 	grantSrc string
+	//go:embed orphan.lua
+	orphanSrc string
 
 	// The project's one script runner (EVALSHA, then EVAL on NOSCRIPT).
 	// Both scripts may run twice harmlessly, but a lost reply is reported
@@ -53,6 +58,7 @@ var (
 	reportScript  = redisscript.New(reportSrc)
 	demandsScript = redisscript.New(demandsSrc)
 	grantScript   = redisscript.New(grantSrc)
+	orphanScript  = redisscript.New(orphanSrc)
 )
 
 // DefaultPrefix starts every key when Options.Prefix is empty, as it does
@@ -161,7 +167,7 @@ func (s *Store) grant(ctx context.Context, g quota.Grant, budget string, now tim
 		return 0, err
 	}
 	ttl := strconv.FormatInt(int64((g.TTL+time.Millisecond-1)/time.Millisecond), 10)
-	args := []any{g.Client, strconv.FormatFloat(rate, 'g', -1, 64), budget, ttl, s.nowArg(now)}
+	args := []any{g.Client, strconv.FormatFloat(rate, 'g', -1, 64), budget, ttl, s.nowArg(now), g.Peer}
 	v, err := grantScript.Run(ctx, s.client, []string{s.GrantKey(g.Bucket)}, args).Result()
 	if err != nil {
 		return 0, fmt.Errorf("quotaredis: grant: %w", err)
@@ -175,6 +181,17 @@ func (s *Store) grant(ctx context.Context, g quota.Grant, budget string, now tim
 		return 0, fmt.Errorf("%w: grant %q", ErrUnexpectedReply, str)
 	}
 	return recorded, nil
+}
+
+// OrphanGrant leaves g.Client's live grant to g.Peer.
+func (s *Store) OrphanGrant(ctx context.Context, g quota.Grant, now time.Time) error {
+	if g.Bucket == "" || g.Client == "" {
+		return quota.ErrInvalid
+	}
+	if err := orphanScript.Run(ctx, s.client, []string{s.GrantKey(g.Bucket)}, []any{g.Client, g.Peer, s.nowArg(now)}).Err(); err != nil {
+		return fmt.Errorf("quotaredis: orphan: %w", err)
+	}
+	return nil
 }
 
 func (s *Store) nowArg(now time.Time) string {
@@ -220,5 +237,5 @@ func parseDemands(v any) (map[string]float64, error) {
 // Scripts returns the sources of the store's scripts, for a warm-up that
 // loads them before the first report (redisclient.Warm).
 func Scripts() []string {
-	return []string{reportScript.Source(), demandsScript.Source(), grantScript.Source()}
+	return []string{reportScript.Source(), demandsScript.Source(), grantScript.Source(), orphanScript.Source()}
 }

@@ -126,3 +126,47 @@ func testGrantsConcurrent(t *testing.T, h Harness) {
 		t.Fatalf("32 clients asking 1 of a budget of 10 were granted %v in all, want 10", total)
 	}
 }
+
+func orphan(t *testing.T, s quota.DemandStore, key, client, peer string, now time.Time) {
+	t.Helper()
+	if err := s.OrphanGrant(context.Background(), quota.Grant{Bucket: key, Client: client, Peer: peer}, now); err != nil {
+		t.Fatalf("OrphanGrant(%q, %q): %v", key, client, err)
+	}
+}
+
+func growFrom(t *testing.T, s quota.DemandStore, key, client, peer string, rate, budget float64, ttl time.Duration, now time.Time) float64 {
+	t.Helper()
+	g := quota.Grant{Bucket: key, Client: client, Rate: rate, TTL: ttl, Peer: peer}
+	got, err := s.GrowGrant(context.Background(), g, budget, now)
+	if err != nil {
+		t.Fatalf("GrowGrant(%q, %q, %v, peer %q): %v", key, client, rate, peer, err)
+	}
+	return got
+}
+
+// A grant that does not fit takes over the smallest orphan of its peer, and
+// only then; orphans of other peers, and orphans not needed, still count.
+func testGrantsTakeOverOrphans(t *testing.T, h Harness) {
+	s, key, ttl := h.New(t), Key(t, ""), h.TTL
+	grow(t, s, key, "live", 2, 10, ttl, t0)
+	grow(t, s, key, "big", 5, 10, ttl, t0)
+	grow(t, s, key, "small", 3, 10, ttl, t0)
+	orphan(t, s, key, "big", "p", t0)
+	orphan(t, s, key, "small", "p", t0)
+	orphan(t, s, key, "never-granted", "p", t0) // no grant: nothing to mark
+	wantRate(t, "another peer takes nothing", growFrom(t, s, key, "q1", "q", 4, 10, ttl, t0), 0)
+	wantRate(t, "p takes the smallest orphan (3)", growFrom(t, s, key, "p1", "p", 4, 10, ttl, t0), 3)
+	wantRate(t, "p again takes the other (5)", growFrom(t, s, key, "p2", "p", 9, 10, ttl, t0), 5)
+	wantRate(t, "no orphan left", growFrom(t, s, key, "p3", "p", 1, 10, ttl, t0), 0)
+
+	k2 := Key(t, "fits")
+	grow(t, s, k2, "old", 2, 10, ttl, t0)
+	orphan(t, s, k2, "old", "p", t0)
+	wantRate(t, "fits without the orphan", growFrom(t, s, k2, "new", "p", 5, 10, ttl, t0), 5)
+	wantRate(t, "the orphan still counts", grow(t, s, k2, "other", 10, 10, ttl, t0), 3)
+
+	k3 := Key(t, "expired")
+	grow(t, s, k3, "old", 10, 10, ttl, t0)
+	orphan(t, s, k3, "old", "p", t0.Add(ttl)) // expired: not marked, not revived
+	wantRate(t, "after the orphan's TTL", grow(t, s, k3, "new", 10, 10, ttl, t0.Add(ttl)), 10)
+}

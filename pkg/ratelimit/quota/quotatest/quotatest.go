@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"GrantsIsolated", testGrantsIsolated},
 		{"GrantsInvalid", testGrantsInvalid},
 		{"GrantsConcurrent", testGrantsConcurrent},
+		{"GrantsTakeOverOrphans", testGrantsTakeOverOrphans},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
