@@ -12,16 +12,20 @@
 //
 // What counts against the budget is what each client was sent, not what
 // the allocation computed: every assignment sent is recorded as the
-// client's grant (quota.GrantStore) for the assignment's time to live and
-// a second. A share that grows is recorded before it is sent, capped to
-// what the other clients' live grants leave; one that shrinks or is
-// re-sent is recorded after it is sent. So the assignments the Envoys hold
-// never sum above the budget, whether an Envoy joins (it gets its share as
-// the others' shrink, at their next tick) or reconnects (its old stream's
-// grant counts until it expires, 12 s after its last assignment: a
-// reconnect under-admits for up to that, and never over-admits). A first
-// assignment that would be DENY_ALL for want of room is not sent: a
-// reconnected Envoy keeps enforcing its old one meanwhile.
+// client's grant (quota.GrantStore) for the assignment's time to live. A
+// share that grows is recorded before it is sent, capped to what the other
+// clients' live grants leave; one that shrinks or is re-sent is recorded
+// after it is sent. So the assignments the Envoys hold never sum above the
+// budget, whether an Envoy joins (it gets its share as the others' shrink,
+// at their next tick) or reconnects. A stream that ends leaves its grants
+// as orphans to its peer's address; a new stream whose first share does not
+// fit takes over the smallest orphan of its own peer (a reconnected Envoy's
+// own is at least that large), so a reconnect is sent its share at once and
+// never over-admits (the one exception, a new Envoy behind the address of
+// one whose stream just ended, is bounded in docs/rlqs.md). A first
+// assignment that would be DENY_ALL for want of room is not sent: the Envoy
+// keeps what it enforces (a reconnected one, its old stream's assignment)
+// meanwhile.
 //
 // A bucket ID is matched against the policy domain named by the stream's
 // first message, through the same descriptor tree as RLS
