@@ -62,12 +62,13 @@ func actions(ds []decision) []*rlqspb.RateLimitQuotaResponse_BucketAction {
 }
 
 // recordSent records the grants of shares just sent that did not grow,
-// under a deadline of their own: the report's may be spent, and a grant
-// not recorded lets the client's previous one lapse while it still
-// enforces the re-sent one. A failure counts as a store error; the
-// previous grant, no smaller, stays until its TTL.
+// under a deadline of their own: the report's may be spent, the stream may
+// end meanwhile (what was sent is enforced all the same), and a grant not
+// recorded lets the client's previous one lapse while it still enforces
+// the re-sent one. A failure counts as a store error; the previous grant,
+// no smaller, stays until its TTL.
 func (st *stream) recordSent(ds []decision, now time.Time) {
-	ctx, cancel := st.reportContext(st.ctx)
+	ctx, cancel := st.reportContext(context.WithoutCancel(st.ctx))
 	defer cancel()
 	forEach(len(ds), func(i int) {
 		g := ds[i].after
