@@ -10,8 +10,11 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
+	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
+	"github.com/extauthz/extauthz/pkg/ratelimit/quota/quotaredis"
 )
 
 // blockingStore is a demand store that answers nothing: every call waits
@@ -96,3 +99,47 @@ func TestReportOnAStuckStoreIsAnsweredWithinItsDeadline(t *testing.T) {
 }
 
 var _ quota.DemandStore = blockingStore{}
+
+// The same on a real Redis whose clients are paused (CLIENT PAUSE), through
+// a client built as extauthz builds it (context deadlines honoured) with a
+// read timeout longer than the store timeout: every store call hangs until
+// its 250 ms timeout, and the report of 40 buckets is still answered within
+// its deadline, each bucket with the failure mode's answer.
+func TestReportOnAPausedRedisIsAnsweredWithinItsDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	client, err := redisclient.New(redisclient.Options{URL: "redis://" + srv.Addr, ReadTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := quotaredis.New(client, quotaredis.Options{Prefix: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := perTenantPolicy(t)
+	h := newHarness(t, Options{Policy: func() *policy.Policy { return p }}, store)
+	c := h.open(t)
+	if err := client.Do(context.Background(), "CLIENT", "PAUSE", "30000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	us := make([]*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, 0, n)
+	for i := range n {
+		us = append(us, usage(map[string]string{"tenant": fmt.Sprintf("t%02d", i)}, 1, 0))
+	}
+	start := time.Now()
+	send(t, c, "quota", us...)
+	got := recv(t, c)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the report was answered after %s, want within its deadline (1s)", took)
+	}
+	if len(got) != n {
+		t.Fatalf("%d buckets answered, want all %d", len(got), n)
+	}
+	for tenant, s := range got {
+		if blanket(s) != "ALLOW_ALL" {
+			t.Errorf("%s: %v, want ALLOW_ALL (fail open, nothing sent before)", tenant, s)
+		}
+	}
+}
