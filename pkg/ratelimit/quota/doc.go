@@ -28,10 +28,18 @@
 //	err := alloc.Report(ctx, bucketKey, clientID, demand, now)
 //	shares, err := alloc.Allocate(ctx, bucketKey, budget, now)
 //	for id, s := range shares {                       // the clients this replica serves
-//		if quota.Material(lastSent[id], s.Bucket) {
-//			send(id, s.Bucket); lastSent[id] = s.Bucket
+//		if !quota.Material(lastSent[id], s.Bucket) {
+//			continue
+//		}
+//		g := quota.Grant{Bucket: bucketKey, Client: id, TTL: assignmentTTL}
+//		if s.Bucket.Rate() <= lastSent[id].Rate() {   // shrinks: send, then record
+//			send(id, s.Bucket); g.Rate = s.Bucket.Rate(); alloc.SetGrant(ctx, g, now)
+//		} else {                                      // grows: record (capped), then send
+//			tb, err := alloc.GrowGrant(ctx, g, s.Bucket, budget, now)
+//			send(id, tb)
 //		}
 //	}
+//	// when a client's stream ends: alloc.OrphanGrant(ctx, grant with its Peer, now)
 //
 // A client's report changes every client's share, so after each allocation
 // the server checks all the clients of that bucket that it serves, not only
@@ -53,7 +61,8 @@
 // SpareEqual the same client gets an equal part of any unused budget instead.
 //
 // Guarantees: the shares of one allocation, summed in client-ID order, never
-// exceed the budget; each bucket's rate is at most its share; a client that
+// exceed the budget; the live grants of a bucket never sum above its budget
+// (up to GrantSlack) when shares are sent as above; each bucket's rate is at most its share; a client that
 // stops reporting drops out of the allocation once its last report is older
 // than the store's TTL (DefaultTTL, two report intervals). The burst allowance
 // on top of the budget is documented at BucketFor.
