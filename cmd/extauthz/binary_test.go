@@ -297,7 +297,7 @@ descriptors:
 		t.Errorf("validate bad file: exit %d, stderr %q; want 1 naming the file and the field", code, stderr)
 	}
 	code, stdout, stderr := runBinary(t, nil, "validate", examplePolicy(t))
-	if code != 0 || !strings.HasPrefix(stdout, "ok: 2 file(s)") {
+	if code != 0 || !strings.HasPrefix(stdout, "ok: 3 file(s)") {
 		t.Errorf("validate example: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if code, stdout, _ := runBinary(t, nil, "version"); code != 0 || stdout != "extauthz "+testVersion+"\n" {

@@ -29,8 +29,9 @@ const rlqsLimit = 40
 // then one tick) the others have absorbed its share. Phase 3 (45-60 s): the
 // replica serving the most streams restarts; no 5-second window admits more
 // than the limit +10 % (the moved streams are new clients whose old demand
-// entries hold part of the budget until they expire: under-admission, not
-// a burst).
+// entries hold part of the budget until they expire: under-admission; each
+// takes over the grant its old stream left to its address, so its old
+// assignment never runs out unreplaced: no burst).
 func TestRLQS(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOpts{config: "rlqs.yaml", policy: filepath.Join(deps.root, "test", "e2e", "testdata", "rlqs")})

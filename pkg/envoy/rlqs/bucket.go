@@ -95,31 +95,74 @@ func budgetOf(limits []ratelimit.Limit) float64 {
 	return budget
 }
 
-// assign returns the action to send for b now, or nil when the last one
-// still holds: the policy's answer for blanket buckets, else the client's
-// share, sent when it changed materially or is due for a refresh.
-func (st *stream) assign(ctx context.Context, b *bucket, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// assign decides what to send for b now (nothing when the last one still
+// holds): the policy's answer for blanket buckets, else the client's share,
+// sent when it changed materially or is due for a refresh.
+func (st *stream) assign(ctx context.Context, b *bucket, now time.Time) decision {
 	if st.s.opts.Policy() != b.pol {
 		st.rematch(b)
 	}
 	due := !b.sent || now.Sub(b.sentAt) >= st.s.opts.ReportInterval
 	if b.kind != kindShared {
 		if !due && b.lastKind == b.kind {
-			return nil
+			return decision{}
 		}
-		return st.blanket(b, b.kind, now)
+		return decision{action: st.blanket(b, b.kind, now)}
 	}
 	share, ok, err := st.share(ctx, b, now)
 	if err != nil {
-		return st.failed(b, now, due, err)
+		return decision{action: st.failed(b, now, due, err)}
 	}
 	if !ok { // the client has no live demand for this bucket: let the last one run out
-		return nil
+		return decision{}
 	}
 	if !due && b.lastKind == kindShared && !quota.Material(b.last, share) {
-		return nil
+		return decision{}
 	}
-	return st.tokenBucket(b, share, now)
+	return st.grant(ctx, b, share, now, due)
+}
+
+// grant sends b's share so that what the clients of the bucket were sent
+// never sums above the budget: the allocation is computed from demands,
+// but each client enforces what it was last sent, and a client whose share
+// shrank learns of it only at its next tick (an Envoy that reconnected
+// under a new client ID still holds its old stream's share). So a share
+// that does not grow is sent first and recorded after (decision.after); one
+// that grows is recorded first, capped to what the other clients' live
+// grants leave, and the capped share is sent.
+func (st *stream) grant(ctx context.Context, b *bucket, want quota.TokenBucket, now time.Time, due bool) decision {
+	g := quota.Grant{Bucket: b.storeKey, Client: st.clientID, TTL: st.s.grantTTL}
+	if b.sent && b.lastKind == kindShared && want.Rate() <= b.last.Rate() {
+		g.Rate = want.Rate()
+		return decision{action: st.tokenBucket(b, want, now), after: &g}
+	}
+	if !b.sent {
+		// A first assignment may take over its peer's orphaned grant: the
+		// Envoy it came from may be this one, reconnected.
+		g.Peer = st.peer
+	}
+	sctx, cancel := st.storeContext(ctx)
+	defer cancel()
+	if err := sctx.Err(); err != nil { // the report's deadline has passed
+		return decision{action: st.failed(b, now, due, err)}
+	}
+	tb, err := st.s.opts.Allocator.GrowGrant(sctx, g, want, b.budget, now)
+	if err != nil {
+		return decision{action: st.failed(b, now, due, err)}
+	}
+	if !b.sent && tb.DenyAll && !want.DenyAll {
+		// No room yet for a first assignment: send nothing, and try again
+		// at the next tick, once the others' shares have shrunk. An Envoy
+		// that reconnected (and found no orphan of its peer to take over)
+		// keeps enforcing what its old stream was sent, counted under the
+		// old client ID until it expires; a new one applies its
+		// no_assignment_behavior meanwhile.
+		return decision{}
+	}
+	if !due && b.sent && b.lastKind == kindShared && !quota.Material(b.last, tb) {
+		return decision{}
+	}
+	return decision{action: st.tokenBucket(b, tb, now)}
 }
 
 // rematch re-matches b after a policy reload, moving its assigned rate to
@@ -151,8 +194,11 @@ func (st *stream) share(ctx context.Context, b *bucket, now time.Time) (quota.To
 // the store, caching it for the replica's other streams.
 func (st *stream) allocate(ctx context.Context, b *bucket, now time.Time) (map[string]quota.Share, error) {
 	alloc := st.s.opts.Allocator
-	ctx, cancel := context.WithTimeout(ctx, st.s.opts.StoreTimeout)
+	ctx, cancel := st.storeContext(ctx)
 	defer cancel()
+	if err := ctx.Err(); err != nil { // the report's deadline has passed
+		return nil, err
+	}
 	if b.reported {
 		if err := alloc.Report(ctx, b.storeKey, st.clientID, b.demand, now); err != nil {
 			return nil, err
@@ -170,9 +216,7 @@ func (st *stream) allocate(ctx context.Context, b *bucket, now time.Time) (map[s
 
 // failed applies the failure mode when the demand store failed for b.
 func (st *stream) failed(b *bucket, now time.Time, due bool, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	mode := failureMode(st.s.opts.FailClosed)
-	st.s.metrics.storeErrors.WithLabelValues(mode).Inc()
-	st.s.errLog.Print("rlqs: demand store failed; applying the failure mode", "mode", mode, "err", err)
+	st.storeFailed(err)
 	switch {
 	case st.s.opts.FailClosed:
 		if !due && b.lastKind == kindDeny {
@@ -185,6 +229,13 @@ func (st *stream) failed(b *bucket, now time.Time, due bool, err error) *rlqspb.
 		return st.record(b, b.lastKind, b.last, b.lastStrategy, now, kindLabel(b.lastKind, b.last))
 	}
 	return st.blanket(b, kindAllow, now)
+}
+
+// storeFailed counts and logs (sampled) a failed demand store call.
+func (st *stream) storeFailed(err error) {
+	mode := failureMode(st.s.opts.FailClosed)
+	st.s.metrics.storeErrors.WithLabelValues(mode).Inc()
+	st.s.errLog.Print("rlqs: demand store failed; applying the failure mode", "mode", mode, "err", err)
 }
 
 func (st *stream) blanket(b *bucket, k kind, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {

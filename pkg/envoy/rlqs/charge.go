@@ -41,7 +41,7 @@ func (st *stream) charge(ctx context.Context, b *bucket, allowed uint64) {
 	if limits == nil || b.kind != kindShared || allowed == 0 || len(b.limits) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, st.s.opts.StoreTimeout)
+	ctx, cancel := st.storeContext(ctx)
 	defer cancel()
 	req := ratelimit.Request{Key: b.storeKey, Limits: b.limits, Hits: int64(min(allowed, math.MaxInt32))}
 	result := chargeCharged
@@ -61,6 +61,9 @@ func (st *stream) charge(ctx context.Context, b *bucket, allowed uint64) {
 }
 
 func chargeOnce(ctx context.Context, s ratelimit.Store, req ratelimit.Request) (ratelimit.Decision, error) {
+	if err := ctx.Err(); err != nil { // the report's deadline has passed
+		return ratelimit.Decision{}, err
+	}
 	ds, err := s.AllowBatch(ctx, []ratelimit.Request{req})
 	if err != nil {
 		return ratelimit.Decision{}, err

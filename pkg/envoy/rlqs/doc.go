@@ -7,11 +7,25 @@
 //
 // One stream is one client: an Envoy's gRPC stream gets a random client ID
 // of its own. An Envoy that reconnects (to this replica or another) is a new
-// client whose first demand is Unknown (a fair share at once); its old entry
-// drops out of the allocation when it expires from the demand store (the
-// store's TTL, two report intervals). Until then the old entry still holds
-// part of the budget, so a reconnect under-admits for up to two intervals
-// and never over-admits.
+// client whose first demand is Unknown; its old demand drops out of the
+// allocation when it expires from the demand store (two report intervals).
+//
+// What counts against the budget is what each client was sent, not what
+// the allocation computed: every assignment sent is recorded as the
+// client's grant (quota.GrantStore) for the assignment's time to live. A
+// share that grows is recorded before it is sent, capped to what the other
+// clients' live grants leave; one that shrinks or is re-sent is recorded
+// after it is sent. So the assignments the Envoys hold never sum above the
+// budget, whether an Envoy joins (it gets its share as the others' shrink,
+// at their next tick) or reconnects. A stream that ends leaves its grants
+// as orphans to its peer's address; a new stream whose first share does not
+// fit takes over the smallest orphan of its own peer (a reconnected Envoy's
+// own is at least that large), so a reconnect is sent its share at once and
+// never over-admits (the one exception, a new Envoy behind the address of
+// one whose stream just ended, is bounded in docs/rlqs.md). A first
+// assignment that would be DENY_ALL for want of room is not sent: the Envoy
+// keeps what it enforces (a reconnected one, its old stream's assignment)
+// meanwhile.
 //
 // A bucket ID is matched against the policy domain named by the stream's
 // first message, through the same descriptor tree as RLS
@@ -39,7 +53,11 @@
 // InvalidArgument. When the demand store fails, FailClosed says what the
 // buckets get: false (open) re-sends the last assignment with a fresh TTL
 // (ALLOW_ALL when there was none), true (closed) sends DENY_ALL. Both are
-// counted; the server logs through Options.Logger, sampled. Drain (at the
+// counted; the server logs through Options.Logger, sampled. A report's (or
+// a tick's) buckets are decided concurrently under one deadline
+// (Options.ReportTimeout): those still undecided when it passes get the
+// failure mode's answer at once, so a slow store costs a report at most its
+// deadline, not one store timeout per bucket. Drain (at the
 // replica's shutdown) ends every stream with UNAVAILABLE: Envoy keeps its
 // assignments and re-opens the stream, on another replica, at its next
 // report.

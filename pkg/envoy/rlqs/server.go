@@ -48,6 +48,12 @@ type Options struct {
 	// StoreTimeout bounds each demand store call (a report and an
 	// allocation); default 250ms. A call that times out is a store failure.
 	StoreTimeout time.Duration
+	// ReportTimeout bounds the store work of one report, and of one tick,
+	// whatever its number of buckets: they are decided concurrently, and a
+	// bucket still undecided when it passes gets the failure mode's answer
+	// (as when the store fails). Default 1s, well under Envoy's 5 s report
+	// interval.
+	ReportTimeout time.Duration
 	// MaxBuckets bounds the buckets one stream tracks; default 1000.
 	// Buckets beyond it get no assignment (Envoy applies its
 	// no_assignment_behavior) and are counted.
@@ -80,7 +86,7 @@ func (o *Options) defaults() error {
 		return errors.New("rlqs: nil Policy")
 	case o.Allocator == nil:
 		return errors.New("rlqs: nil Allocator")
-	case o.ReportInterval < 0 || o.Tick < 0 || o.StoreTimeout < 0 || o.MaxBuckets < 0 || o.MaxBucketSeries < 0:
+	case o.ReportInterval < 0 || o.Tick < 0 || o.StoreTimeout < 0 || o.ReportTimeout < 0 || o.MaxBuckets < 0 || o.MaxBucketSeries < 0:
 		return errors.New("rlqs: negative option")
 	}
 	if o.ReportInterval == 0 {
@@ -91,6 +97,9 @@ func (o *Options) defaults() error {
 	}
 	if o.StoreTimeout == 0 {
 		o.StoreTimeout = 250 * time.Millisecond
+	}
+	if o.ReportTimeout == 0 {
+		o.ReportTimeout = defaultReportTimeout
 	}
 	if o.MaxBuckets == 0 {
 		o.MaxBuckets = 1000
@@ -108,13 +117,14 @@ func (o *Options) defaults() error {
 // stream's state is its own.
 type Server struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
-	opts    Options
-	metrics *metrics
-	allocs  *allocCache
-	ttl     time.Duration
-	tracer  trace.Tracer
-	domLog  envoy.SampledLog
-	errLog  envoy.SampledLog
+	opts     Options
+	metrics  *metrics
+	allocs   *allocCache
+	ttl      time.Duration
+	grantTTL time.Duration // as long as an assignment lives at the Envoy
+	tracer   trace.Tracer
+	domLog   envoy.SampledLog
+	errLog   envoy.SampledLog
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -131,8 +141,8 @@ func New(o Options) (*Server, error) {
 	}
 	// Envoy reads assignment_time_to_live in whole seconds.
 	ttl := (2*o.ReportInterval + time.Second).Truncate(time.Second)
-	s := &Server{opts: o, metrics: m, ttl: ttl, allocs: newAllocCache(o.Tick), draining: make(chan struct{}),
-		tracer: tracerOf(o.TracerProvider)}
+	s := &Server{opts: o, metrics: m, ttl: ttl, grantTTL: ttl, allocs: newAllocCache(o.Tick),
+		draining: make(chan struct{}), tracer: tracerOf(o.TracerProvider)}
 	m.storeErrors.WithLabelValues(failureMode(o.FailClosed))
 	s.domLog.Log, s.errLog.Log = o.Logger, o.Logger
 	return s, nil

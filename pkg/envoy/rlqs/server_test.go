@@ -83,7 +83,7 @@ type harness struct {
 
 // newHarness serves a Server with a memory store over a real gRPC
 // connection (bufconn). store, when not nil, replaces the memory store.
-func newHarness(t *testing.T, o Options, store quota.DemandStore) *harness {
+func newHarness(t *testing.T, o Options, store quota.DemandStore, sopts ...grpc.ServerOption) *harness {
 	t.Helper()
 	h := &harness{reg: prometheus.NewRegistry(), clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	if store == nil {
@@ -108,7 +108,7 @@ func newHarness(t *testing.T, o Options, store quota.DemandStore) *harness {
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
+	g := grpc.NewServer(sopts...)
 	h.srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
@@ -327,6 +327,11 @@ func (failingStore) Report(context.Context, string, string, float64, time.Time) 
 func (failingStore) Demands(context.Context, string, time.Time) (map[string]float64, error) {
 	return nil, errDown
 }
+func (failingStore) GrowGrant(context.Context, quota.Grant, float64, time.Time) (float64, error) {
+	return 0, errDown
+}
+func (failingStore) SetGrant(context.Context, quota.Grant, time.Time) error    { return errDown }
+func (failingStore) OrphanGrant(context.Context, quota.Grant, time.Time) error { return errDown }
 
 // The demand store down: fail closed denies, fail open allows (nothing to
 // extend yet); both counted. Blanket buckets do not need the store.
@@ -447,6 +452,27 @@ func (f *flakyStore) Demands(ctx context.Context, key string, now time.Time) (ma
 		return nil, errDown
 	}
 	return f.MemoryStore.Demands(ctx, key, now)
+}
+
+func (f *flakyStore) GrowGrant(ctx context.Context, g quota.Grant, budget float64, now time.Time) (float64, error) {
+	if f.down.Load() {
+		return 0, errDown
+	}
+	return f.MemoryStore.GrowGrant(ctx, g, budget, now)
+}
+
+func (f *flakyStore) SetGrant(ctx context.Context, g quota.Grant, now time.Time) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.MemoryStore.SetGrant(ctx, g, now)
+}
+
+func (f *flakyStore) OrphanGrant(ctx context.Context, g quota.Grant, now time.Time) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.MemoryStore.OrphanGrant(ctx, g, now)
 }
 
 // The store fails after a first assignment: fail open re-sends that

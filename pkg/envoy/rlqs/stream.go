@@ -3,11 +3,13 @@ package rlqs
 import (
 	"context"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/peer"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
@@ -21,13 +23,14 @@ type stream struct {
 	ctx      context.Context
 	domain   string
 	clientID string
+	peer     string             // the peer's host: whose orphaned grants this stream may take over
 	buckets  map[string]*bucket // by canonical bucket ID
 	overflow map[string]struct{}
 }
 
 func newStream(s *Server, g rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer, domain, clientID string) *stream {
 	return &stream{
-		s: s, grpc: g, ctx: g.Context(), domain: domain, clientID: clientID,
+		s: s, grpc: g, ctx: g.Context(), domain: domain, clientID: clientID, peer: peerHost(g.Context()),
 		buckets: map[string]*bucket{}, overflow: map[string]struct{}{},
 	}
 }
@@ -78,40 +81,55 @@ func (st *stream) run(first *rlqspb.RateLimitQuotaUsageReports) error {
 }
 
 // report takes one usage report: each bucket's demand is recorded and its
-// assignment re-read; the changed ones go out in one message.
+// assignment re-read; the changed ones go out in one message. The buckets
+// are decided concurrently under one deadline (decideAll).
 func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 	now := st.s.opts.Now()
 	st.s.metrics.reports.Inc()
 	ctx, span := st.s.startReport(st.ctx, st.domain, len(m.GetBucketQuotaUsages()))
 	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
 	defer func() { endReport(span, len(out)) }()
-	for _, u := range m.GetBucketQuotaUsages() {
-		b := st.bucket(u.GetBucketId().GetBucket())
-		if b == nil {
-			continue
+	buckets, usages := st.usages(m)
+	ctx, cancel := st.reportContext(ctx)
+	defer cancel()
+	ds := decideAll(ctx, len(buckets), func(ctx context.Context, i int) decision {
+		b := buckets[i]
+		for _, u := range usages[i] {
+			st.s.metrics.usage(b.series, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+			b.demand = b.meter.Observe(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
+			st.charge(ctx, b, u.GetNumRequestsAllowed())
+			b.reported = true
 		}
-		st.s.metrics.usage(b.series, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
-		b.demand = b.meter.Observe(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
-		st.charge(ctx, b, u.GetNumRequestsAllowed())
-		b.reported = true
-		if a := st.assign(ctx, b, now); a != nil {
-			out = append(out, a)
-		}
-	}
-	return st.send(out)
+		return st.assign(ctx, b, now)
+	})
+	out = actions(ds)
+	return st.sendAndRecord(out, ds, now)
 }
 
 // refresh re-reads every bucket's assignment (other clients' reports move
-// it) and re-sends those that changed or are due for a refresh.
+// it) and re-sends those that changed or are due for a refresh, under the
+// same deadline as a report.
 func (st *stream) refresh() error {
 	now := st.s.opts.Now()
-	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
-	for _, key := range slices.Sorted(maps.Keys(st.buckets)) {
-		if a := st.assign(st.ctx, st.buckets[key], now); a != nil {
-			out = append(out, a)
-		}
+	keys := slices.Sorted(maps.Keys(st.buckets))
+	ctx, cancel := st.reportContext(st.ctx)
+	defer cancel()
+	ds := decideAll(ctx, len(keys), func(ctx context.Context, i int) decision {
+		return st.assign(ctx, st.buckets[keys[i]], now)
+	})
+	return st.sendAndRecord(actions(ds), ds, now)
+}
+
+// sendAndRecord sends the actions, then records the grants that wait for
+// the send (recordSent): a share that shrinks is recorded only once it is
+// on its way, so that no other client grows into room this one still
+// holds.
+func (st *stream) sendAndRecord(out []*rlqspb.RateLimitQuotaResponse_BucketAction, ds []decision, now time.Time) error {
+	if err := st.send(out); err != nil {
+		return err
 	}
-	return st.send(out)
+	st.recordSent(ds, now)
+	return nil
 }
 
 func (st *stream) send(actions []*rlqspb.RateLimitQuotaResponse_BucketAction) error {
@@ -148,11 +166,48 @@ func (st *stream) bucket(id map[string]string) *bucket {
 	return b
 }
 
-// close gives back this stream's part of the assigned-rate gauges.
+// close gives back this stream's part of the assigned-rate gauges and
+// leaves its grants as orphans to its peer: the Envoy behind the stream
+// still enforces them until they expire, unless it reconnects, and then its
+// new stream takes them over (quota.GrantStore.OrphanGrant) instead of
+// waiting for them to expire while its old assignments run out.
 func (st *stream) close() {
+	var granted []*bucket
 	for _, b := range st.buckets {
 		st.s.metrics.assigned(b.series, -b.assignedRate)
+		if b.sent && b.lastKind == kindShared {
+			granted = append(granted, b)
+		}
 	}
+	if st.peer == "" || len(granted) == 0 {
+		return
+	}
+	// The stream's context has ended: the marking gets a deadline of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(st.ctx), st.s.opts.ReportTimeout)
+	defer cancel()
+	now := st.s.opts.Now()
+	forEach(len(granted), func(i int) {
+		sctx, cancel := st.storeContext(ctx)
+		defer cancel()
+		g := quota.Grant{Bucket: granted[i].storeKey, Client: st.clientID, Peer: st.peer}
+		if err := st.s.opts.Allocator.OrphanGrant(sctx, g, now); err != nil {
+			st.storeFailed(err)
+		}
+	})
+}
+
+// peerHost is the host of the stream's peer address (the Envoy's IP: its
+// port changes with every connection), or "" when unknown.
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	addr := p.Addr.String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // canonical is a bucket ID as one string: entries in key order, escaped as

@@ -87,6 +87,41 @@ func (a *Allocator) Allocate(ctx context.Context, bucketKey string, budget float
 	return Allocate(budget, demands, a.cfg), nil
 }
 
+// GrowGrant records want as a grant (GrantStore.GrowGrant; g.Rate is
+// want's rate) and returns what the client may be sent: want when it fits
+// in what the budget leaves after the other clients' live grants, else the
+// token bucket of what is left (DenyAll when nothing is). Call it before
+// sending a share larger than the client's last one.
+func (a *Allocator) GrowGrant(ctx context.Context, g Grant, want TokenBucket, budget float64, now time.Time) (TokenBucket, error) {
+	g.Rate = want.Rate()
+	r, err := a.store.GrowGrant(ctx, g, budget, now)
+	if err != nil {
+		return TokenBucket{}, fmt.Errorf("quota: grant of %q: %w", g.Bucket, err)
+	}
+	if r >= g.Rate {
+		return want, nil
+	}
+	return BucketFor(r, a.cfg.Bucket), nil
+}
+
+// SetGrant records g as it is (GrantStore.SetGrant): after sending a share
+// no larger than the client's last one.
+func (a *Allocator) SetGrant(ctx context.Context, g Grant, now time.Time) error {
+	if err := a.store.SetGrant(ctx, g, now); err != nil {
+		return fmt.Errorf("quota: grant of %q: %w", g.Bucket, err)
+	}
+	return nil
+}
+
+// OrphanGrant leaves a gone client's grant to its peer
+// (GrantStore.OrphanGrant): call it when a client's stream ends.
+func (a *Allocator) OrphanGrant(ctx context.Context, g Grant, now time.Time) error {
+	if err := a.store.OrphanGrant(ctx, g, now); err != nil {
+		return fmt.Errorf("quota: orphan grant of %q: %w", g.Bucket, err)
+	}
+	return nil
+}
+
 // RateOf converts a limit of requests per period to requests per second, the
 // unit of budgets; 0 when period is not positive.
 func RateOf(requests int64, period time.Duration) float64 {

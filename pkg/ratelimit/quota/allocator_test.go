@@ -131,6 +131,10 @@ func (failingStore) Demands(context.Context, string, time.Time) (map[string]floa
 	return nil, errDown
 }
 
+func (failingStore) GrowGrant(context.Context, Grant, float64, time.Time) (float64, error) {
+	return 0, errDown
+}
+
 func TestAllocatorStoreError(t *testing.T) {
 	t.Parallel()
 	a := newAllocator(t, failingStore{}, Config{})
@@ -227,5 +231,36 @@ func TestAllocatorStreamMoves(t *testing.T) {
 	}
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("after the move: %+v, want unchanged %+v", after, before)
+	}
+}
+
+// GrowGrant hands back the token bucket asked for when it fits, else the
+// bucket of what the other clients' grants leave; SetGrant records a
+// smaller share as it is, which makes room; errors name the bucket.
+func TestAllocatorGrants(t *testing.T) {
+	t.Parallel()
+	ctx, a := context.Background(), newAllocator(t, newMemory(t), Config{})
+	g := func(client string) Grant { return Grant{Bucket: "k", Client: client, TTL: time.Minute} }
+	want := BucketFor(6, BucketOptions{})
+	if got, err := a.GrowGrant(ctx, g("a"), want, 10, t0); err != nil || got != want {
+		t.Fatalf("a alone: %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := a.GrowGrant(ctx, g("b"), want, 10, t0); err != nil || got != BucketFor(4, BucketOptions{}) {
+		t.Fatalf("b: %+v, %v; want the 4/s left", got, err)
+	}
+	if got, _ := a.GrowGrant(ctx, g("c"), want, 10, t0); !got.DenyAll {
+		t.Fatalf("c with nothing left: %+v, want DenyAll", got)
+	}
+	shrunk := g("a")
+	shrunk.Rate = 3
+	if err := a.SetGrant(ctx, shrunk, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.GrowGrant(ctx, g("c"), want, 10, t0); got != BucketFor(3, BucketOptions{}) {
+		t.Fatalf("c after a shrank to 3: %+v, want 3/s", got)
+	}
+	a2 := newAllocator(t, failingStore{}, Config{})
+	if _, err := a2.GrowGrant(ctx, g("a"), want, 10, t0); !errors.Is(err, errDown) {
+		t.Errorf("GrowGrant on a failing store: %v, want its error", err)
 	}
 }

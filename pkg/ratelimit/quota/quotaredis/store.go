@@ -9,9 +9,19 @@
 // as it reads them, and the key itself expires no sooner than TTL after its
 // last report.
 //
-// Both scripts are safe to run twice (a report rewrites the same demand with
-// a later expiry, a read deletes only what has expired), so go-redis may
-// retry them.
+// Grants (quota.GrantStore) live in a second hash in the same slot,
+// <prefix>:q:{<bucket key>}:g, field = client ID, value = "<expiry ms>
+// <rate>", written by one script that, for GrowGrant, sums the other live
+// grants and caps the new one in the same step, so that two replicas
+// growing grants of one bucket at once cannot both take the same room. An
+// orphan (a grant whose stream ended) carries its peer as a third field,
+// "<expiry ms> <rate> <peer>"; a grant that does not fit takes over the
+// smallest orphan of its peer in the same step.
+//
+// The scripts are safe to run twice (a report rewrites the same demand with
+// a later expiry, a read deletes only what has expired, a grant records the
+// same rate again, capped against the same others), so go-redis may retry
+// them.
 package quotaredis
 
 import (
@@ -19,6 +29,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -36,12 +47,18 @@ var (
 	reportSrc string
 	//go:embed demands.lua
 	demandsSrc string
+	//go:embed grant.lua
+	grantSrc string
+	//go:embed orphan.lua
+	orphanSrc string
 
 	// The project's one script runner (EVALSHA, then EVAL on NOSCRIPT).
 	// Both scripts may run twice harmlessly, but a lost reply is reported
 	// to the caller rather than resent behind its back, as everywhere else.
 	reportScript  = redisscript.New(reportSrc)
 	demandsScript = redisscript.New(demandsSrc)
+	grantScript   = redisscript.New(grantSrc)
+	orphanScript  = redisscript.New(orphanSrc)
 )
 
 // DefaultPrefix starts every key when Options.Prefix is empty, as it does
@@ -128,6 +145,55 @@ func (s *Store) Demands(ctx context.Context, bucketKey string, now time.Time) (m
 	return parseDemands(v)
 }
 
+// GrantKey is the Redis key of a bucket's grants: the bucket's Key with a
+// suffix outside the hash tag, so both live in one slot.
+func (s *Store) GrantKey(bucketKey string) string { return s.Key(bucketKey) + ":g" }
+
+// GrowGrant records g, capped to what the budget leaves after the other
+// clients' grants live by Redis's clock.
+func (s *Store) GrowGrant(ctx context.Context, g quota.Grant, budget float64, now time.Time) (float64, error) {
+	return s.grant(ctx, g, strconv.FormatFloat(budget, 'g', -1, 64), now)
+}
+
+// SetGrant records g as it is.
+func (s *Store) SetGrant(ctx context.Context, g quota.Grant, now time.Time) error {
+	_, err := s.grant(ctx, g, "", now)
+	return err
+}
+
+func (s *Store) grant(ctx context.Context, g quota.Grant, budget string, now time.Time) (float64, error) {
+	rate, err := quota.CheckGrant(g)
+	if err != nil {
+		return 0, err
+	}
+	ttl := strconv.FormatInt(int64((g.TTL+time.Millisecond-1)/time.Millisecond), 10)
+	args := []any{g.Client, strconv.FormatFloat(rate, 'g', -1, 64), budget, ttl, s.nowArg(now), g.Peer}
+	v, err := grantScript.Run(ctx, s.client, []string{s.GrantKey(g.Bucket)}, args).Result()
+	if err != nil {
+		return 0, fmt.Errorf("quotaredis: grant: %w", err)
+	}
+	str, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("%w: grant %T", ErrUnexpectedReply, v)
+	}
+	recorded, err := strconv.ParseFloat(str, 64)
+	if err != nil || math.IsNaN(recorded) || recorded < 0 {
+		return 0, fmt.Errorf("%w: grant %q", ErrUnexpectedReply, str)
+	}
+	return recorded, nil
+}
+
+// OrphanGrant leaves g.Client's live grant to g.Peer.
+func (s *Store) OrphanGrant(ctx context.Context, g quota.Grant, now time.Time) error {
+	if g.Bucket == "" || g.Client == "" {
+		return quota.ErrInvalid
+	}
+	if err := orphanScript.Run(ctx, s.client, []string{s.GrantKey(g.Bucket)}, []any{g.Client, g.Peer, s.nowArg(now)}).Err(); err != nil {
+		return fmt.Errorf("quotaredis: orphan: %w", err)
+	}
+	return nil
+}
+
 func (s *Store) nowArg(now time.Time) string {
 	if !s.callerClock {
 		return ""
@@ -170,4 +236,6 @@ func parseDemands(v any) (map[string]float64, error) {
 
 // Scripts returns the sources of the store's scripts, for a warm-up that
 // loads them before the first report (redisclient.Warm).
-func Scripts() []string { return []string{reportScript.Source(), demandsScript.Source()} }
+func Scripts() []string {
+	return []string{reportScript.Source(), demandsScript.Source(), grantScript.Source(), orphanScript.Source()}
+}

@@ -46,6 +46,12 @@ func Run(t *testing.T, h Harness) {
 		{"EmptyKeysInvalid", testInvalid},
 		{"EmptyBucket", testEmptyBucket},
 		{"ConcurrentReports", testConcurrent},
+		{"GrantsCapToRoom", testGrantsCapToRoom},
+		{"GrantsExpire", testGrantsExpire},
+		{"GrantsIsolated", testGrantsIsolated},
+		{"GrantsInvalid", testGrantsInvalid},
+		{"GrantsConcurrent", testGrantsConcurrent},
+		{"GrantsTakeOverOrphans", testGrantsTakeOverOrphans},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
