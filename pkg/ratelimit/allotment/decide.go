@@ -169,8 +169,13 @@ func (s *Store) take(ctx context.Context, e *entry, key string, l ratelimit.Limi
 			}
 			return s.leaseNow(ctx, e, key, l, hits, now) // unlocks e
 		}
+		ch := e.s.leasing
 		if err := e.wait(ctx, hits); err != nil {
 			return taken{}, err
+		}
+		if t, failed, err := e.s.shared(ch, hits); failed {
+			e.mu.Unlock()
+			return t, err
 		}
 		now = s.now()
 	}
@@ -229,6 +234,7 @@ func (s *Store) leaseNow(ctx context.Context, e *entry, key string, l ratelimit.
 		e.s.leasing = nil
 	}
 	close(done)
+	e.s.noteFailure(done, g, err)
 	s.m.store.Inc()
 	if err != nil {
 		return taken{}, err

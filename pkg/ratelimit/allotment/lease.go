@@ -22,8 +22,8 @@ type grant struct {
 // one an exact decision of its hits gives.
 func (s *Store) lease(ctx context.Context, key string, l ratelimit.Limit, n, hits int64) (grant, error) {
 	g, err := s.ask(ctx, key, l, n)
-	if err != nil || g.n > 0 {
-		return g, err
+	if err != nil || g.n > 0 || !g.primary {
+		return g, err // a refusal by the failure mode: asking again costs another timeout
 	}
 	var again int64
 	switch rem := g.res.Remaining; {
@@ -102,6 +102,7 @@ func (s *Store) prefetch(e *entry, key string, l ratelimit.Limit, n int64, done 
 		e.s.leasing = nil
 	}
 	close(done)
+	e.s.noteFailure(done, g, err)
 	switch {
 	case err != nil:
 	case g.n > 0:

@@ -16,6 +16,9 @@ type slice struct {
 	lots  []*lot // oldest first
 	// leasing is closed when the lease in flight (at most one) is done.
 	leasing chan struct{}
+	// failed is the newest lease that failed, which the requests that
+	// waited for it share (failure.go).
+	failed failure
 	// last is the newest granted lease's Result, sent when it was sent;
 	// lastN its size (the prefetch low-water mark is half of it).
 	last   ratelimit.Result
