@@ -46,6 +46,11 @@ type slice struct {
 	// key as cold again (Store.cool), which drops the slice (dropped).
 	seen    time.Time
 	dropped bool
+	// holder names the slice in the store's lease ledgers (set at its
+	// first lease); reports counts the leases it sent, each reporting the
+	// tokens it held then.
+	holder  string
+	reports uint64
 }
 
 // available is the tokens usable at now over every lot.
@@ -65,6 +70,10 @@ type part struct {
 	entry   *entry
 	lot     *lot
 	from, n int64
+	// report is the slice's reports when the tokens were taken: a lease
+	// sent since reported the slice's tokens without them, so they may no
+	// longer come back (the store would not count them at a reset).
+	report uint64
 }
 
 // maxParts bounds the lots one reservation spans: a slice holds its lot and
@@ -96,7 +105,7 @@ func (s *slice) reserve(e *entry, hits int64, now time.Time) (reservation, bool,
 		took, l, from := o.take(want, now)
 		lapsed += l
 		if took > 0 {
-			r.parts[r.n] = part{entry: e, lot: o, from: from, n: took}
+			r.parts[r.n] = part{entry: e, lot: o, from: from, n: took, report: s.reports}
 			r.n++
 			want -= took
 		}
