@@ -21,9 +21,10 @@ import (
 // only the limit stops the replicas, and slices of up to a quarter of it.
 const resetLimit = 100
 
-// replicaOn is one replica: an allotment store over inner, itself over
-// the shared Redis behind client when inner is nil.
-func replicaOn(t *testing.T, client redisstore.Client, wrap func(ratelimit.Store) ratelimit.Store) *Store {
+// replicaOn is one replica on clk: an allotment store over the Redis
+// store on client, wrapped by wrap when set. The fake clock keeps a
+// loaded machine from cooling the slices between requests.
+func replicaOn(t *testing.T, clk *clock, client redisstore.Client, wrap func(ratelimit.Store) ratelimit.Store) *Store {
 	t.Helper()
 	rs, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
@@ -33,7 +34,7 @@ func replicaOn(t *testing.T, client redisstore.Client, wrap func(ratelimit.Store
 	if wrap != nil {
 		inner = wrap(rs)
 	}
-	s, err := New(inner, Options{Registerer: prometheus.NewRegistry(), MaxFraction: 0.25})
+	s, err := New(inner, Options{Registerer: prometheus.NewRegistry(), Now: clk.Now, MaxFraction: 0.25})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +49,14 @@ func sharedRedis(t *testing.T) *redis.Client {
 	return client
 }
 
-// hold asks s for hits until it holds tokens of l on key (a warm slice
-// with a lease of several tokens) and returns the hits admitted.
-func hold(t *testing.T, s *Store, key string, l ratelimit.Limit) int64 {
+// hold asks s for hits, 10µs apart on clk, until it holds tokens of l on
+// key (a warm slice with a lease of several tokens) and returns the hits
+// admitted.
+func hold(t *testing.T, clk *clock, s *Store, key string, l ratelimit.Limit) int64 {
 	t.Helper()
 	var admitted int64
 	for range 12 {
+		clk.Add(10 * time.Microsecond)
 		res, err := s.Allow(context.Background(), key, l, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +66,7 @@ func hold(t *testing.T, s *Store, key string, l ratelimit.Limit) int64 {
 		}
 	}
 	s.wg.Wait() // the prefetch in flight, if any
-	if s.table.held(sliceID(key, l), time.Now()) == 0 {
+	if s.table.held(sliceID(key, l), clk.Now()) == 0 {
 		t.Fatalf("the replica holds no tokens of %s after %d admissions", key, admitted)
 	}
 	return admitted
@@ -91,12 +94,13 @@ func resetTwoReplicas(t *testing.T, client redisstore.Client) {
 	for _, alg := range leasable {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			a, b := replicaOn(t, client, nil), replicaOn(t, client, nil)
+			clk := newClock()
+			a, b := replicaOn(t, clk, client, nil), replicaOn(t, clk, client, nil)
 			l := allot(alg, resetLimit, time.Hour)
 			key := t.Name()
-			hold(t, a, key, l)
-			hold(t, b, key, l)
-			heldB := b.table.held(sliceID(key, l), time.Now())
+			hold(t, clk, a, key, l)
+			hold(t, clk, b, key, l)
+			heldB := b.table.held(sliceID(key, l), clk.Now())
 			if err := a.Reset(context.Background(), []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{l}}}); err != nil {
 				t.Fatal(err)
 			}
@@ -148,12 +152,13 @@ func TestResetDuringALeaseInFlight(t *testing.T) {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
 			h := &holdAfter{charged: make(chan struct{}), gate: make(chan struct{})}
-			a := replicaOn(t, client, func(rs ratelimit.Store) ratelimit.Store { h.Store = rs; return h })
-			b := replicaOn(t, client, nil)
+			clk := newClock()
+			a := replicaOn(t, clk, client, func(rs ratelimit.Store) ratelimit.Store { h.Store = rs; return h })
+			b := replicaOn(t, clk, client, nil)
 			l := allot(alg, resetLimit, time.Hour)
 			key := t.Name()
-			hold(t, a, key, l)
-			hold(t, b, key, l)
+			hold(t, clk, a, key, l)
+			hold(t, clk, b, key, l)
 
 			h.armed.Store(true)
 			var late atomic.Int64 // admissions of calls that returned after the lease was held
