@@ -102,6 +102,9 @@ type Config struct {
 	// MemoryMaxKeys bounds the states the embedded memory store keeps (the
 	// soonest-expiring are evicted beyond it); 0 is unbounded.
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1000000"`
+	// AllotmentMaxSlices bounds the slices of consistency: allotment limits
+	// a replica holds with Redis (idle ones are dropped first beyond it).
+	AllotmentMaxSlices int `envconfig:"ALLOTMENT_MAX_SLICES" default:"100000"`
 	// IdempotencyMemoryMaxKeys bounds the keys the in-memory idempotency
 	// store keeps (completed records evicted before live leases); 0 is unbounded.
 	IdempotencyMemoryMaxKeys int `envconfig:"IDEMPOTENCY_MEMORY_MAX_KEYS" default:"1000000"`
@@ -283,6 +286,7 @@ func (c Config) rules() []rule {
 		// checked here so that the mistake stops the process at once.
 		{"KEY_PREFIX", "text without '{' or '}', e.g. xa", c.KeyPrefix, !strings.ContainsAny(c.KeyPrefix, "{}")},
 		{"MEMORY_MAX_KEYS", "0 (unbounded) or more", c.MemoryMaxKeys, c.MemoryMaxKeys >= 0},
+		{"ALLOTMENT_MAX_SLICES", "1 or more", c.AllotmentMaxSlices, c.AllotmentMaxSlices >= 1},
 		{"REDIS_MAX_BATCH", "0 or 1 (no coalescing) to 4096", c.RedisMaxBatch, c.RedisMaxBatch >= 0 && c.RedisMaxBatch <= 4096},
 		{"IDEMPOTENCY_MEMORY_MAX_KEYS", "0 (unbounded) or more", c.IdempotencyMemoryMaxKeys, c.IdempotencyMemoryMaxKeys >= 0},
 		{"GRPC_MAX_RECV_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxRecvBytes, validGRPCMessage(c.GRPCMaxRecvBytes)},

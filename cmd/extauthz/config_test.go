@@ -4,6 +4,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit/allotment"
 )
 
 // TestBadEnvironmentStopsWithOneLine: each unusable value stops the binary
@@ -23,6 +25,7 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 		{"EXTAUTHZ_REDIS_DIAL_TIMEOUT=soon", `EXTAUTHZ_REDIS_DIAL_TIMEOUT="soon": not a duration (e.g. 250ms, 10s); want a duration above 0, e.g. 200ms`},
 		{"EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT=0ms", "EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT=0s: want a duration above 0, e.g. 100ms"},
 		{"EXTAUTHZ_MEMORY_MAX_KEYS=-1", "EXTAUTHZ_MEMORY_MAX_KEYS=-1: want 0 (unbounded) or more"},
+		{"EXTAUTHZ_ALLOTMENT_MAX_SLICES=0", "EXTAUTHZ_ALLOTMENT_MAX_SLICES=0: want 1 or more"},
 		{"EXTAUTHZ_REDIS_BREAKER_THRESHOLD=0", "EXTAUTHZ_REDIS_BREAKER_THRESHOLD=0: want 1 to 1000 failures in a row"},
 		{"EXTAUTHZ_GRPC_STREAM_WORKERS=-1", "EXTAUTHZ_GRPC_STREAM_WORKERS=-1: want 0 (a goroutine per call) to 4096"},
 		{"EXTAUTHZ_GRPC_STREAM_WORKERS=5000", "EXTAUTHZ_GRPC_STREAM_WORKERS=5000: want 0 (a goroutine per call) to 4096"},
@@ -95,5 +98,18 @@ func TestListenerErrorNamesTheVariable(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want 1 naming EXTAUTHZ_%s", code, stderr, c.name)
 			}
 		})
+	}
+}
+
+// TestAllotmentMaxSlicesDefault: the slices' bound has its own variable,
+// whose default is the allotment package's, not the memory store's bound.
+func TestAllotmentMaxSlicesDefault(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig(t)
+	if cfg.AllotmentMaxSlices != allotment.DefaultMaxSlices {
+		t.Errorf("EXTAUTHZ_ALLOTMENT_MAX_SLICES defaults to %d, want allotment.DefaultMaxSlices (%d)", cfg.AllotmentMaxSlices, allotment.DefaultMaxSlices)
+	}
+	if cfg.AllotmentMaxSlices == cfg.MemoryMaxKeys {
+		t.Errorf("the slices' bound equals EXTAUTHZ_MEMORY_MAX_KEYS's default (%d): still fed from it?", cfg.MemoryMaxKeys)
 	}
 }

@@ -118,7 +118,7 @@ func redisStack(client redis.UniversalClient, mode failover.Mode, cfg Config, de
 		}
 		return nil, err
 	}
-	al, err := allotment.New(fs, allotment.Options{Registerer: deps.Registerer, Now: deps.Now, MaxSlices: cfg.MemoryMaxKeys})
+	al, err := allotment.New(fs, allotment.Options{Registerer: deps.Registerer, Now: deps.Now, MaxSlices: cfg.AllotmentMaxSlices})
 	if err != nil {
 		return nil, errors.Join(err, fs.Close())
 	}

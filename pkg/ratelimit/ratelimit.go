@@ -189,6 +189,22 @@ type Request struct {
 	Limits []Limit
 	// Hits is the cost of the request; 0 checks without consuming.
 	Hits int64
+	// Lease, when its Holder is set, marks the charge of an allotment
+	// lease (package allotment) of one limit. A store that can be reset
+	// while leases are outstanding records what the holder may still use
+	// of that limit, so that its Reset keeps those tokens charged; other
+	// stores ignore it.
+	Lease Lease
+}
+
+// Lease describes who charges a Request to lease tokens, and what it
+// still holds of earlier leases of the same limit.
+type Lease struct {
+	// Holder names one slice of one replica; empty: not a lease.
+	Holder string
+	// Held is the tokens of earlier leases the holder may still use when
+	// it sends this one: the store records Held + Hits for it.
+	Held int64
 }
 
 // Decision is the outcome of one Request.

@@ -53,12 +53,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/extauthz/extauthz/internal/randtoken"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -99,6 +101,10 @@ type Store struct {
 	fraction float64
 	table    *table
 	m        metrics
+	// id names this Store in the shared store's lease ledgers; holders
+	// counts the slices that leased, each a holder of its own (newHolder).
+	id      string
+	holders atomic.Uint64
 
 	// ctx is the background leases' context, cancelled by Close; closeMu
 	// orders their start against Close's wait (closed is read on every
@@ -138,7 +144,7 @@ func New(inner ratelimit.Store, opts Options) (*Store, error) {
 		opts.MaxSlices = DefaultMaxSlices
 	}
 	s := &Store{inner: inner, now: opts.Now, horizon: opts.Horizon, fraction: opts.MaxFraction,
-		table: newTable(opts.MaxSlices, opts.Horizon)}
+		table: newTable(opts.MaxSlices, opts.Horizon), id: randtoken.Hex(16)}
 	var err error
 	if s.m, err = newMetrics(opts.Registerer, s.table); err != nil {
 		return nil, err
@@ -208,3 +214,11 @@ func (s *Store) goBackground(f func()) bool {
 }
 
 func (s *Store) isClosed() bool { return s.closed.Load() }
+
+// newHolder names a slice in the lease ledgers: this Store and a number no
+// other slice of it has, so that a slice dropped with a lease in flight
+// (reset, evicted) and the one that replaces it never overwrite each
+// other's record: the tokens of both stay counted.
+func (s *Store) newHolder() string {
+	return s.id + ":" + strconv.FormatUint(s.holders.Add(1), 10)
+}

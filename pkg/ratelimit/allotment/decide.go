@@ -128,7 +128,7 @@ func (s *Store) giveBack(parts []part) {
 	now := s.now()
 	for _, p := range parts {
 		p.entry.mu.Lock()
-		if !p.lot.giveBack(p.from, p.n, now) {
+		if p.entry.s.reports != p.report || !p.lot.giveBack(p.from, p.n, now) {
 			s.m.lapsedAdd(p.entry.s.limit, p.n)
 		}
 		p.entry.mu.Unlock()
@@ -169,9 +169,15 @@ func (s *Store) take(ctx context.Context, e *entry, key string, l ratelimit.Limi
 			}
 			return s.leaseNow(ctx, e, key, l, hits, now) // unlocks e
 		}
+		ch := e.s.leasing
 		if err := e.wait(ctx, hits); err != nil {
 			return taken{}, err
 		}
+		if t, failed, err := e.s.shared(ch, hits); failed {
+			e.mu.Unlock()
+			return t, err
+		}
+		quiet = quiet || e.s.dropped // reset while waiting: decided as exact
 		now = s.now()
 	}
 }
@@ -217,11 +223,12 @@ func (s *Store) leaseNow(ctx context.Context, e *entry, key string, l ratelimit.
 	maxN := s.maxSlice(l)
 	n := max(hits, min(max(e.s.size(s.horizon, maxN), hits+e.s.waiting), maxN))
 	e.s.sample(now)
+	by := s.leaseBy(&e.s, now)
 	done := make(chan struct{})
 	e.s.leasing = done
 	e.mu.Unlock()
 
-	g, err := s.lease(ctx, key, l, n, hits)
+	g, err := s.lease(ctx, key, l, n, hits, by)
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -229,6 +236,7 @@ func (s *Store) leaseNow(ctx context.Context, e *entry, key string, l ratelimit.
 		e.s.leasing = nil
 	}
 	close(done)
+	e.s.noteFailure(done, g, err)
 	s.m.store.Inc()
 	if err != nil {
 		return taken{}, err
@@ -239,11 +247,19 @@ func (s *Store) leaseNow(ctx context.Context, e *entry, key string, l ratelimit.
 		g.res.Remaining += e.s.available(now)
 		return taken{res: g.res, primary: g.primary}, nil
 	}
+	if e.s.dropped {
+		// Reset while leasing: the lease may have been granted against the
+		// state the reset forgot. Its tokens are not installed; the
+		// request that sent it was admitted before the reset and keeps
+		// its hits.
+		s.m.lease(l, "sync")
+		return taken{res: g.res, ok: true, primary: g.primary}, nil
+	}
 	o := e.s.install(l, g)
 	o.used = hits
 	s.m.lease(l, "sync")
 	t := taken{res: e.s.result(true, now), ok: true, primary: g.primary}
-	t.parts.parts[0], t.parts.n = part{entry: e, lot: o, n: hits}, 1
+	t.parts.parts[0], t.parts.n = part{entry: e, lot: o, n: hits, report: e.s.reports}, 1
 	return t, nil
 }
 

@@ -20,10 +20,10 @@ type grant struct {
 // that does not cover hits (the request waiting for the lease, 0 for a
 // prefetch), for hits alone, so that the refusal the client sees is the
 // one an exact decision of its hits gives.
-func (s *Store) lease(ctx context.Context, key string, l ratelimit.Limit, n, hits int64) (grant, error) {
-	g, err := s.ask(ctx, key, l, n)
-	if err != nil || g.n > 0 {
-		return g, err
+func (s *Store) lease(ctx context.Context, key string, l ratelimit.Limit, n, hits int64, by ratelimit.Lease) (grant, error) {
+	g, err := s.ask(ctx, key, l, n, by)
+	if err != nil || g.n > 0 || !g.primary {
+		return g, err // a refusal by the failure mode: asking again costs another timeout
 	}
 	var again int64
 	switch rem := g.res.Remaining; {
@@ -34,13 +34,13 @@ func (s *Store) lease(ctx context.Context, key string, l ratelimit.Limit, n, hit
 	default:
 		return g, nil
 	}
-	return s.ask(ctx, key, l, again)
+	return s.ask(ctx, key, l, again, by)
 }
 
-// ask is one lease call.
-func (s *Store) ask(ctx context.Context, key string, l ratelimit.Limit, n int64) (grant, error) {
+// ask is one lease call, by the holder that holds by.Held tokens.
+func (s *Store) ask(ctx context.Context, key string, l ratelimit.Limit, n int64, by ratelimit.Lease) (grant, error) {
 	g := grant{sent: s.now()}
-	d, primary, err := s.askInner(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{l}, Hits: n}})
+	d, primary, err := s.askInner(ctx, []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{l}, Hits: n, Lease: by}})
 	if err != nil {
 		return g, err
 	}
@@ -50,6 +50,18 @@ func (s *Store) ask(ctx context.Context, key string, l ratelimit.Limit, n int64)
 		s.m.leased(l, n)
 	}
 	return g, nil
+}
+
+// leaseBy describes the slice sl as the holder of a lease it sends at now:
+// its name in the ledgers, and the tokens it holds. Tokens reserved before
+// and given back after are not counted then, so from now on they are not
+// given back (part.report). The caller holds the entry's lock.
+func (s *Store) leaseBy(sl *slice, now time.Time) ratelimit.Lease {
+	if sl.holder == "" {
+		sl.holder = s.newHolder()
+	}
+	sl.reports++
+	return ratelimit.Lease{Holder: sl.holder, Held: sl.available(now)}
 }
 
 // install adds a granted lease to sl as its newest lot; the caller holds
@@ -85,7 +97,8 @@ func (s *Store) maybePrefetch(e *entry, key string, now time.Time) {
 	}
 	ch := make(chan struct{})
 	l := sl.limit
-	if !s.goBackground(func() { s.prefetch(e, key, l, n, ch) }) {
+	by := s.leaseBy(sl, now)
+	if !s.goBackground(func() { s.prefetch(e, key, l, n, by, ch) }) {
 		return
 	}
 	sl.sample(now)
@@ -94,16 +107,18 @@ func (s *Store) maybePrefetch(e *entry, key string, now time.Time) {
 
 // prefetch leases n tokens for e in the background. A failure is dropped:
 // the next request that finds the slice empty leases itself.
-func (s *Store) prefetch(e *entry, key string, l ratelimit.Limit, n int64, done chan struct{}) {
-	g, err := s.lease(s.ctx, key, l, n, 0)
+func (s *Store) prefetch(e *entry, key string, l ratelimit.Limit, n int64, by ratelimit.Lease, done chan struct{}) {
+	g, err := s.lease(s.ctx, key, l, n, 0, by)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.s.leasing == done {
 		e.s.leasing = nil
 	}
 	close(done)
+	e.s.noteFailure(done, g, err)
 	switch {
 	case err != nil:
+	case e.s.dropped: // reset while leasing: granted against the state the reset forgot
 	case g.n > 0:
 		e.s.install(l, g)
 		s.m.lease(l, "prefetch")

@@ -16,10 +16,15 @@ func (s *Store) StateKeys(r ratelimit.Request) []string {
 	return nil
 }
 
-// Reset drops this replica's slices of every limit of reqs (their tokens
-// would otherwise be used after the reset, against a count that no longer
-// holds them), then resets the inner store. Other replicas' slices are not
-// reachable from here: they lapse by their rules, which only admits less.
+// Reset drops this replica's slices of every limit of reqs, then resets
+// the inner store. A lease in flight for a dropped slice installs nothing
+// (a store without a ledger, such as the memory store, forgets its
+// charge). Other replicas' slices are not reachable from here: they are
+// used without asking the store again, so the store keeps them charged
+// instead (each lease reports what its slice still holds; redisstore's
+// reset.lua keeps that counted until it lapses). A reset then costs
+// under-admission of at most the tokens the slices held at their last
+// leases, until those lapse.
 func (s *Store) Reset(ctx context.Context, reqs []ratelimit.Request) error {
 	for _, r := range reqs {
 		for _, l := range r.Limits {

@@ -16,6 +16,9 @@ type slice struct {
 	lots  []*lot // oldest first
 	// leasing is closed when the lease in flight (at most one) is done.
 	leasing chan struct{}
+	// failed is the newest lease that failed, which the requests that
+	// waited for it share (failure.go).
+	failed failure
 	// last is the newest granted lease's Result, sent when it was sent;
 	// lastN its size (the prefetch low-water mark is half of it).
 	last   ratelimit.Result
@@ -43,6 +46,11 @@ type slice struct {
 	// key as cold again (Store.cool), which drops the slice (dropped).
 	seen    time.Time
 	dropped bool
+	// holder names the slice in the store's lease ledgers (set at its
+	// first lease); reports counts the leases it sent, each reporting the
+	// tokens it held then.
+	holder  string
+	reports uint64
 }
 
 // available is the tokens usable at now over every lot.
@@ -62,6 +70,10 @@ type part struct {
 	entry   *entry
 	lot     *lot
 	from, n int64
+	// report is the slice's reports when the tokens were taken: a lease
+	// sent since reported the slice's tokens without them, so they may no
+	// longer come back (the store would not count them at a reset).
+	report uint64
 }
 
 // maxParts bounds the lots one reservation spans: a slice holds its lot and
@@ -93,7 +105,7 @@ func (s *slice) reserve(e *entry, hits int64, now time.Time) (reservation, bool,
 		took, l, from := o.take(want, now)
 		lapsed += l
 		if took > 0 {
-			r.parts[r.n] = part{entry: e, lot: o, from: from, n: took}
+			r.parts[r.n] = part{entry: e, lot: o, from: from, n: took, report: s.reports}
 			r.n++
 			want -= took
 		}

@@ -137,12 +137,23 @@ func (sh *shard) evict(now time.Time) {
 	}
 }
 
-// forget drops the slice of id.
+// forget drops the slice of id and empties it: the requests and the lease
+// in flight that still hold it find it dropped, and take and install
+// nothing more from it.
 func (t *table) forget(id sliceKey) {
 	sh := t.shard(id)
 	sh.mu.Lock()
+	e := sh.m[id]
 	delete(sh.m, id)
 	sh.mu.Unlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	e.s.dropped = true
+	clear(e.s.lots)
+	e.s.lots = e.s.lots[:0]
+	e.mu.Unlock()
 }
 
 func (t *table) len() int {

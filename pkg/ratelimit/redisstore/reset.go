@@ -2,9 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -13,30 +14,35 @@ var _ ratelimit.Resetter = (*Store)(nil)
 // StateKeys returns the Redis key of each limit of r (see stateKey).
 func (s *Store) StateKeys(r ratelimit.Request) []string { return requestKeys(s.prefix, r) }
 
-// Reset deletes the state of every limit of every request: one DEL per
-// request (its keys share a hash tag, so one slot), all in one pipeline. A
-// limit's state is a single key whatever the algorithm (decide.lua), so
-// nothing else is left behind.
+// Reset resets the state of every limit of every request: one reset.lua
+// call per limit, all in one pipeline. A limit's state is a single key
+// whatever the algorithm (decide.lua), so nothing else is left behind;
+// what allotment leases recorded in the limit's ledger and their holders
+// may still use stays charged (reset.lua), since they use it without
+// asking Redis again.
 func (s *Store) Reset(ctx context.Context, reqs []ratelimit.Request) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	if len(reqs) == 0 {
+	var calls []redisscript.Call
+	clock := ""
+	if now := s.fixedNow(); now > 0 {
+		clock = strconv.FormatInt(now, 10)
+	}
+	for _, r := range reqs {
+		for i, key := range requestKeys(s.prefix, r) {
+			l := r.Limits[i]
+			calls = append(calls, redisscript.Call{Script: resetScript, Keys: []string{key, ledgerKey(key)},
+				Args: []any{algCodes[l.Algorithm.OrDefault()], l.Requests, l.Period.Microseconds(), clock}})
+		}
+	}
+	if len(calls) == 0 {
 		return nil
 	}
-	pipe := s.client.Pipeline()
-	for _, r := range reqs {
-		keys := requestKeys(s.prefix, r)
-		if len(keys) == 0 {
-			continue
+	for _, c := range redisscript.RunPipeline(ctx, s.client, calls) {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("redisstore: reset: %w", err)
 		}
-		args := make([]any, 0, len(keys)+1)
-		args = append(args, "del")
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		_ = pipe.Process(ctx, redis.NewIntCmd(ctx, args...)) // queued; errors come from Exec
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	return nil
 }

@@ -88,7 +88,7 @@ func scriptFor(args []any) redisscript.Script {
 
 // allScripts is every script the store may run, for loading up front.
 func allScripts() []redisscript.Script {
-	out := []redisscript.Script{decideAll, decideSingle, decideBatch}
+	out := []redisscript.Script{decideAll, decideSingle, decideBatch, leaseScript, resetScript}
 	for _, s := range decideOnly {
 		out = append(out, s)
 	}

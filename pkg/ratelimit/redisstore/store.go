@@ -128,15 +128,16 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
 	}
+	leases := hasLease(reqs)
 	switch {
 	case len(reqs) == 0:
 		return []ratelimit.Decision{}, nil
-	case s.maxBatch > 1:
+	case s.maxBatch > 1 && !leases: // leases are rare (one per slice): not coalesced
 		return s.allowCoalesced(ctx, reqs)
 	}
 	ctx, cancel := s.bound(ctx, time.Now())
 	defer cancel()
-	if len(reqs) == 1 {
+	if len(reqs) == 1 && !leases {
 		return s.runOne(ctx, reqs[0])
 	}
 	return s.runPipelined(ctx, reqs)
@@ -200,8 +201,7 @@ func (s *Store) runPipelined(ctx context.Context, reqs []ratelimit.Request) ([]r
 	now := s.fixedNow()
 	calls := make([]redisscript.Call, len(reqs))
 	for i, r := range reqs {
-		args := scriptArgs(r, now)
-		calls[i] = redisscript.Call{Script: scriptFor(args), Keys: requestKeys(s.prefix, r), Args: args}
+		calls[i] = s.callFor(r, now)
 	}
 	cmds := redisscript.RunPipeline(ctx, s.client, calls)
 	out := make([]ratelimit.Decision, len(reqs))

@@ -20,6 +20,9 @@ func validateRequest(r ratelimit.Request) error {
 	if r.Hits < 0 {
 		return fmt.Errorf("%w: %d", ratelimit.ErrInvalidHits, r.Hits)
 	}
+	if err := validateLease(r); err != nil {
+		return err
+	}
 	type slot struct {
 		alg    ratelimit.Algorithm
 		period int64
