@@ -115,12 +115,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	s.replay = rp.server
-	recv, send := cfg.grpcMessageLimits()
-	opts := append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
-	if cfg.GRPCStreamWorkers > 0 {
-		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.GRPCStreamWorkers)))
-	}
-	s.grpc, s.health = newGRPCServer(services, opts...)
+	s.grpc, s.health = newGRPCServer(services, grpcServerOptions(cfg, tr)...)
 	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait) // warm.go
 	s.http = newHTTPServer(s, reg)
 	stopOperator, err := startOperatorListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
@@ -172,6 +167,17 @@ func rlsOptions(cfg Config, log *slog.Logger) []rls.Option {
 	return []rls.Option{rls.WithTenantKey(cfg.RLSTenantKey), rls.WithRLSLogger(log),
 		rls.WithGlobalShadowMode(cfg.ShadowMode), rls.WithGlobalQuotaMode(cfg.QuotaMode),
 		rls.WithResponseMetadata(cfg.ResponseDynamicMetadata)}
+}
+
+// grpcServerOptions are the gRPC server's settings: tracing, message limits
+// and stream workers.
+func grpcServerOptions(cfg Config, tr tracer) []grpc.ServerOption {
+	recv, send := cfg.grpcMessageLimits()
+	opts := append(tr.serverOptions(), grpc.MaxRecvMsgSize(recv), grpc.MaxSendMsgSize(send))
+	if cfg.GRPCStreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.GRPCStreamWorkers)))
+	}
+	return opts
 }
 
 // newGRPCServer registers services, grpc.health.v1 (each service and the

@@ -28,7 +28,7 @@ func TestScheduleDue(t *testing.T) {
 
 func TestPruneAndPruneGroups(t *testing.T) {
 	now := time.Unix(1000, 0)
-	live := func(exp time.Time) bool { return now.Before(exp) }
+	live := now.Before
 	m := map[string]map[int]time.Time{
 		"mixed":   {1: now.Add(time.Second), 2: now, 3: now.Add(-time.Second)},
 		"expired": {1: now},

@@ -156,7 +156,7 @@ func (s *Store) sweep(now time.Time) { expiry.PruneGroups(s.keys, alive(now)) }
 
 // alive reports a slot expiring after now live.
 func alive(now time.Time) func(time.Time) bool {
-	return func(exp time.Time) bool { return now.Before(exp) }
+	return now.Before
 }
 
 // Keys returns how many keys hold live or unswept slots, for tests and
