@@ -18,7 +18,8 @@
 # machine only: never push them (docs/containers.md).
 #
 # Reusable pieces (the Debian root filesystem, the downloads) stay in
-# .cache/base-images/; a stand-in whose label matches is not rebuilt.
+# .cache/base-images/ (BASE_IMAGES_CACHE); a stand-in whose label matches is
+# not rebuilt. BASE_IMAGES_PULL=0 skips `docker pull`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,7 +51,7 @@ label() { docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1"
 # ensure IMAGE FROM BUILD: IMAGE present (real, or a stand-in built from
 # FROM), pulled, or built by the function BUILD IMAGE FROM.
 ensure() {
-  local image="$1" from="$2" build="$3"
+  local image="$1" from="$2" build="$3" outdated=""
   if docker image inspect "$image" >/dev/null 2>&1; then
     if [ "$(label "$image" "$STANDIN")" != true ]; then
       log "$image: present"
@@ -60,15 +61,19 @@ ensure() {
       log "$image: stand-in present ($from)"
       return
     fi
+    outdated="$(docker image inspect --format '{{.Id}}' "$image")"
   fi
   if [ "${BASE_IMAGES_PULL:-1}" = 1 ] && timeout 300 docker pull -q "$image" >/dev/null 2>&1; then
     log "$image: pulled"
+    [ -z "$outdated" ] || docker image rm "$outdated" >/dev/null 2>&1 || true
     return
   fi
   log "$image: not pullable; building a stand-in from $from"
   local start=$SECONDS
   "$build" "$image" "$from"
   log "$image: stand-in built in $((SECONDS - start))s"
+  # The stand-in it replaces, unless another tag or image still uses it.
+  [ -z "$outdated" ] || docker image rm "$outdated" >/dev/null 2>&1 || true
 }
 
 # changes IMAGE FROM CHANGE...: the `docker commit/import` flags that give
