@@ -255,7 +255,7 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 	if dockerEnvoy() {
 		identity = fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
 		e.proc = s.startDockerEnvoy(name, cfgPath, append(args, "--service-zone", identity))
-		serverLog = e.proc.log
+		serverLog = e.log
 	} else {
 		e.proc = startProc(s.t, s.dir, name, deps.envoy, append([]string{"-c", cfgPath, "--log-path", serverLog}, args...), nil)
 	}
