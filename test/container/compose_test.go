@@ -47,7 +47,8 @@ func newCompose(t *testing.T) *compose {
 			out, _ := c.run(context.Background(), "docker", "compose", "logs", "--no-color", "--tail", "40")
 			t.Logf("docker compose logs:\n%s", out)
 		}
-		_, _ = c.run(context.Background(), "docker", "compose", "down", "-v", "--remove-orphans")
+		// Also the images compose built under this project's name.
+		_, _ = c.run(context.Background(), "docker", "compose", "down", "-v", "--remove-orphans", "--rmi", "local")
 	})
 	return c
 }

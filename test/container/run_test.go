@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -14,9 +16,13 @@ import (
 // privilege escalation. The image must serve under them as it is.
 var lockedDown = []string{"--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"}
 
+// containers numbers the containers of this test run.
+var containers atomic.Int64
+
 // ctr is one running container of the image, its ports published on
 // loopback.
 type ctr struct {
+	// id is the container's name.
 	id string
 	// grpcAddr and httpAddr are the host addresses of ports 9001 and 9090.
 	grpcAddr, httpAddr string
@@ -28,9 +34,9 @@ type ctr struct {
 func runImage(t *testing.T, flags []string, args ...string) *ctr {
 	t.Helper()
 	needImage(t)
-	run := append([]string{"run", "-d", "-p", "127.0.0.1::9001", "-p", "127.0.0.1::9090"}, flags...)
-	run = append(append(run, image.name), args...)
-	c := &ctr{id: mustDocker(t, run...)}
+	// Named, and removed by that name, so that a container created but
+	// failing to start is removed too.
+	c := &ctr{id: fmt.Sprintf("extauthz-test-%d-%d", os.Getpid(), containers.Add(1))}
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := docker(context.Background(), "logs", "--tail", "60", c.id)
@@ -38,10 +44,12 @@ func runImage(t *testing.T, flags []string, args ...string) *ctr {
 		}
 		_, _ = docker(context.Background(), "rm", "-f", c.id)
 	})
+	run := append([]string{"run", "-d", "--name", c.id, "-p", "127.0.0.1::9001", "-p", "127.0.0.1::9090"}, flags...)
+	mustDocker(t, append(append(run, image.name), args...)...)
 	c.grpcAddr = hostPort(t, c.id, "9001/tcp")
 	c.httpAddr = hostPort(t, c.id, "9090/tcp")
 	if err := waitOK("http://"+c.httpAddr+"/readyz", 60*time.Second); err != nil {
-		t.Fatalf("container %s: %v", c.id[:12], err)
+		t.Fatalf("container %s: %v", c.id, err)
 	}
 	return c
 }
