@@ -25,6 +25,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/extauthz ./cmd/extauthz
+# Envoy Gateway starts its rate limit container as /bin/ratelimit: the same
+# binary under that name, by a link (the runtime image has no shell to make
+# one).
+RUN mkdir -p /out/bin && ln -s /usr/local/bin/extauthz /out/bin/ratelimit
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev
@@ -32,6 +36,7 @@ LABEL org.opencontainers.image.title="extauthz" \
       org.opencontainers.image.description="Rate limits and Idempotency-Key for Envoy (RLS, ext_authz, ext_proc)" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=build /out/extauthz /usr/local/bin/extauthz
+COPY --from=build /out/bin/ /bin/
 # The example policy makes the image run as is; Kubernetes mounts its
 # ConfigMap over this directory.
 COPY examples/policy/ /etc/extauthz/policy/

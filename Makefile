@@ -11,6 +11,10 @@ POLICY     ?= examples/policy
 DRAIN      ?= 0s
 TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=30m
 BENCH      ?= .
+# The core end-to-end cases run a second time with Envoy started by `docker
+# run` of the pinned image (E2E_ENVOY=docker): limits exact across two
+# replicas, an idempotent replay, a replica restart under load.
+E2E_DOCKER_RUN ?= ^(TestFrontProxy|TestRollingRestartSameAddress|TestEnvoyDockerRunMatchesDocs)$$/^(ratelimit|idempotency)$$
 # Nested modules (each with its own go.mod) that ./... does not reach.
 SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' | sort))
 LDFLAGS    := -X main.version=$(VERSION)
@@ -51,6 +55,8 @@ test-only:
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/e2e') || status=1; \
 	echo "== go test $(TEST_FLAGS) ./test/e2e/... (alone: its load tests need the machine to themselves)"; \
 	$(GO) test $(TEST_FLAGS) ./test/e2e/... || status=1; \
+	echo "== E2E_ENVOY=docker go test $(TEST_FLAGS) -run '$(E2E_DOCKER_RUN)' ./test/e2e/ (Envoy with docker run)"; \
+	E2E_ENVOY=docker $(GO) test $(TEST_FLAGS) -run '$(E2E_DOCKER_RUN)' ./test/e2e/ || status=1; \
 	for m in $(SUBMODULES); do \
 		echo "== (cd $$m && go test $(TEST_FLAGS) ./...)"; \
 		(cd $$m && $(GO) test $(TEST_FLAGS) ./...) || status=1; \

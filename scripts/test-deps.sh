@@ -8,10 +8,13 @@
 # the S3-compatible test server, from PyPI, each into a project-local
 # virtualenv; kube-score, the manifest linter of test/k8s, with `go install`
 # into .cache/; kube-apiserver and etcd, which test/k8s dry-runs the
-# manifests against, built from the Go module proxy into .cache/);
-# otherwise it stops at once, naming what is missing and the exact command
-# that installs it. One function per dependency: add a new one as
-# ensure_<name> and call it in main.
+# manifests against, built from the Go module proxy into .cache/; the Docker
+# engine from Debian's docker.io, started in the background when none
+# answers; the docker CLI's buildx and compose v2 plugins built from the Go
+# module proxy; the base images, pulled or built as local stand-ins by
+# scripts/base-images.sh); otherwise it stops at once, naming what is missing
+# and the exact command that installs it. One function per dependency: add a
+# new one as ensure_<name> and call it in main.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -138,6 +141,80 @@ ensure_kube_score() {
   fi
 }
 
+# The container engine: test/container builds and runs the image, test/e2e
+# runs Envoy with `docker run` (E2E_ENVOY=docker) and the compose walkthrough.
+DOCKER_LOG="$PWD/.cache/docker/dockerd.log"
+
+docker_answers() { timeout 20 docker info >/dev/null 2>&1; }
+
+# Docker: a daemon that answers `docker info`. Installs Debian's docker.io
+# where dockerd is missing (root), and starts dockerd in the background
+# (root, logs in .cache/docker/) when none answers.
+ensure_docker() {
+  command -v docker >/dev/null 2>&1 && docker_answers && return
+  if ! command -v dockerd >/dev/null 2>&1; then
+    log "installing the Docker engine (Debian package docker.io)"
+    apt_install docker.io && command -v dockerd >/dev/null 2>&1 ||
+      missing "the Docker engine" "sudo apt-get update && sudo apt-get install -y docker.io"
+  fi
+  command -v docker >/dev/null 2>&1 ||
+    missing "the docker client" "sudo apt-get install -y docker.io"
+  is_root || missing "a running Docker engine (none answers docker info)" "sudo systemctl start docker, or sudo dockerd &"
+  log "starting dockerd (log: $DOCKER_LOG)"
+  mkdir -p "$(dirname "$DOCKER_LOG")"
+  setsid dockerd >>"$DOCKER_LOG" 2>&1 </dev/null &
+  local i
+  for i in $(seq 1 60); do
+    docker_answers && return
+    sleep 1
+  done
+  missing "a running Docker engine (dockerd did not answer within 60s; see $DOCKER_LOG)" "sudo dockerd"
+}
+
+DOCKER_BUILDX_VERSION=v0.38.2
+DOCKER_COMPOSE_VERSION=v2.40.3
+# Where the docker CLI looks for plugins of this user.
+DOCKER_PLUGINS="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+
+# ensure_cli_plugin NAME MODULE VERSION PKG VERSION_VAR: the docker CLI
+# plugin docker-NAME answers `docker NAME version`; else it is built from
+# the Go module proxy (reachable where Docker's release downloads may not
+# be) at VERSION into .cache/, and copied to $DOCKER_PLUGINS. The build runs
+# inside the module's own source: compose's go.mod has exclude directives,
+# which `go install MODULE@VERSION` refuses.
+ensure_cli_plugin() {
+  local name="$1" module="$2" version="$3" pkg="$4" version_var="$5"
+  docker "$name" version >/dev/null 2>&1 && return
+  local dir="$PWD/.cache/docker-$name-$version"
+  local how="build ./$pkg of $module@$version (go mod download) into $dir/docker-$name, copy it to $DOCKER_PLUGINS/"
+  if [ ! -x "$dir/docker-$name" ]; then
+    log "building docker $name $version into $dir (minutes on a cold cache)"
+    local src mod
+    mod="$(go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [ -n "$mod" ] || missing "docker $name $version (go mod download $module@$version failed)" "$how"
+    src="$(mktemp -d)"
+    cp -r "$mod/." "$src" && chmod -R u+w "$src"
+    (cd "$src" && go build -trimpath -ldflags "-s -w -X $version_var=$version" -o "$dir/docker-$name" "./$pkg") ||
+      { rm -rf "$src"; missing "docker $name $version (the build failed)" "$how"; }
+    rm -rf "$src"
+  fi
+  install -D -m 0755 "$dir/docker-$name" "$DOCKER_PLUGINS/docker-$name"
+  docker "$name" version >/dev/null 2>&1 || missing "docker $name (the plugin does not run)" "$how"
+}
+
+# BuildKit builds (`docker build` of the Dockerfile's `# syntax=` and RUN
+# --mount) need buildx; `docker compose` is compose v2. Both are CLI plugins.
+ensure_docker_plugins() {
+  ensure_cli_plugin buildx github.com/docker/buildx "$DOCKER_BUILDX_VERSION" cmd/buildx github.com/docker/buildx/version.Version
+  ensure_cli_plugin compose github.com/docker/compose/v2 "$DOCKER_COMPOSE_VERSION" cmd github.com/docker/compose/v2/internal.Version
+}
+
+# The base images of the Dockerfiles and the compose file: pulled, or local
+# stand-ins built where no registry answers (scripts/base-images.sh).
+ensure_base_images() {
+  scripts/base-images.sh || missing "the base images" "scripts/base-images.sh"
+}
+
 KUBE_VERSION=v1.37.2
 # The etcd server k8s.io/kubernetes ${KUBE_VERSION} requires (the build
 # checks that they agree).
@@ -212,6 +289,9 @@ main() {
   ensure_moto
   ensure_kube_score
   ensure_kube_apiserver
+  ensure_docker
+  ensure_docker_plugins
+  ensure_base_images
   export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN KUBE_APISERVER_BIN ETCD_BIN
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
@@ -220,6 +300,7 @@ main() {
   log "moto: $MOTO_SERVER"
   log "kube-score ${KUBE_SCORE_VERSION}: $KUBE_SCORE_BIN"
   log "kube-apiserver ${KUBE_VERSION}: $KUBE_APISERVER_BIN; etcd ${ETCD_VERSION}: $ETCD_BIN"
+  log "docker: engine $(docker version --format '{{.Server.Version}}'), $(docker buildx version | head -n1), $(docker compose version | head -n1)"
   exec "$@"
 }
 

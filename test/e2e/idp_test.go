@@ -48,7 +48,9 @@ func newTestIDP(dir string) error {
 	}
 	testIDP.jwks = filepath.Join(dir, "jwks.json")
 	testIDP.tokens = map[string]string{}
-	return os.WriteFile(testIDP.jwks, b, 0o600)
+	// Readable by the Envoy image's user (101) under E2E_ENVOY=docker: a
+	// public key set.
+	return os.WriteFile(testIDP.jwks, b, 0o644)
 }
 
 // claims are a valid token's claims for sub (no sub claim when sub is ""),

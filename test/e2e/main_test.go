@@ -18,10 +18,16 @@ var deps struct {
 	// extauthz is the binary built from ./cmd/extauthz; "" with extauthzErr set.
 	extauthz    string
 	extauthzErr error
-	// envoy is the Envoy binary; "" with envoyErr set.
+	// envoy is the Envoy binary ("docker" under E2E_ENVOY=docker); "" with
+	// envoyErr set.
 	envoy    string
 	envoyErr error
 }
+
+// dockerEnvoy: E2E_ENVOY=docker runs each Envoy with `docker run` of the
+// pinned image (envoyDockerArgs), as docs/envoy.md tells users to, instead
+// of a local envoy process.
+func dockerEnvoy() bool { return os.Getenv("E2E_ENVOY") == "docker" }
 
 // errNotLanded marks a missing cmd/extauthz (not a build failure).
 var errNotLanded = errors.New("cmd/extauthz has no main package yet")
@@ -47,7 +53,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	deps.envoy, deps.envoyErr = findEnvoy()
+	if dockerEnvoy() {
+		deps.envoy, deps.envoyErr = findEnvoyImage()
+	} else {
+		deps.envoy, deps.envoyErr = findEnvoy()
+	}
 	deps.extauthz, deps.extauthzErr = buildExtauthz(root, dir)
 	if ci() {
 		// In CI a missing dependency is a failure, never a silent skip.
@@ -87,6 +97,17 @@ func findEnvoy() (string, error) {
 		return "", fmt.Errorf("%s --version: %w: %s", bin, err, out)
 	}
 	return bin, nil
+}
+
+// findEnvoyImage checks that a Docker engine answers and holds the pinned
+// Envoy image (scripts/test-deps.sh pulls it, or builds a stand-in).
+func findEnvoyImage() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "image", "inspect", envoyImage).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("E2E_ENVOY=docker: docker image inspect %s: %w: %s", envoyImage, err, out)
+	}
+	return "docker", nil
 }
 
 // buildExtauthz builds ./cmd/extauthz once into dir, unless EXTAUTHZ_BIN

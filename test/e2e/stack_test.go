@@ -241,7 +241,7 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 	}
 	if s.opts.eds {
 		s.edsPath = filepath.Join(s.dir, "eds", "extauthz.yaml")
-		if err := os.Mkdir(filepath.Dir(s.edsPath), 0o700); err != nil {
+		if err := os.Mkdir(filepath.Dir(s.edsPath), 0o755); err != nil {
 			s.t.Fatal(err)
 		}
 		s.setEndpoints(extauthzAddrs...)
@@ -253,21 +253,29 @@ func (s *stack) launchEnvoy(name string, extauthzAddrs []string) *envoyProc {
 		s.t.Fatal(err)
 	}
 	cfgPath := filepath.Join(s.dir, name+".yaml")
-	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+	// Readable by the Envoy image's user (101) under E2E_ENVOY=docker.
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		s.t.Fatal(err)
 	}
 	e := &envoyProc{url: fmt.Sprintf("http://127.0.0.1:%d", listener), admin: fmt.Sprintf("http://127.0.0.1:%d", admin),
 		jwt: strings.Contains(string(cfg), "envoy.filters.http.jwt_authn")}
-	serverLog := filepath.Join(s.dir, name+"-server.log")
-	e.proc = startProc(s.t, s.dir, name, deps.envoy, []string{
-		"-c", cfgPath, "--disable-hot-restart", "--concurrency", "2",
-		"--log-level", "info", "--log-path", serverLog,
+	args := []string{
+		"--disable-hot-restart", "--concurrency", "2", "--log-level", "info",
 		"--drain-time-s", "1",
 		// xDS (the EDS file of opts.eds) needs a node identity.
 		"--service-node", "e2e", "--service-cluster", "e2e",
-	}, nil)
+	}
+	// identity is what this Envoy's /server_info names and no other's does.
+	identity, serverLog := cfgPath, filepath.Join(s.dir, name+"-server.log")
+	if dockerEnvoy() {
+		identity = fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+		e.proc = s.startDockerEnvoy(name, cfgPath, append(args, "--service-zone", identity))
+		serverLog = e.log
+	} else {
+		e.proc = startProc(s.t, s.dir, name, deps.envoy, append([]string{"-c", cfgPath, "--log-path", serverLog}, args...), nil)
+	}
 	s.t.Cleanup(func() { e.stop(5 * time.Second) })
-	if err := waitFor(e.proc, 30*time.Second, func() error { return ownEnvoyReady(e.admin, cfgPath) }); err != nil {
+	if err := waitFor(e.proc, 60*time.Second, func() error { return ownEnvoyReady(e.admin, identity) }); err != nil {
 		s.t.Fatalf("%s: %v\n%s", name, err, tailFile(serverLog, 40))
 	}
 	return e
@@ -283,7 +291,7 @@ func (s *stack) setEndpoints(addrs ...string) {
 		s.t.Fatal(err)
 	}
 	tmp := s.edsPath + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		s.t.Fatal(err)
 	}
 	if err := os.Rename(tmp, s.edsPath); err != nil {
@@ -311,7 +319,9 @@ func (s *stack) printLogsOnFailure() {
 	if !s.t.Failed() {
 		return
 	}
-	s.t.Logf("envoy server log:\n%s", tailFile(filepath.Join(s.dir, "envoy-server.log"), 80))
+	if !dockerEnvoy() { // under E2E_ENVOY=docker the server log is the output below
+		s.t.Logf("envoy server log:\n%s", tailFile(filepath.Join(s.dir, "envoy-server.log"), 80))
+	}
 	if s.envoy != nil {
 		s.t.Logf("envoy access log:\n%s", s.envoy.tail(80))
 	}
@@ -327,10 +337,11 @@ func tailFile(path string, n int) string {
 var probeClient = &http.Client{Timeout: time.Second}
 
 // ownEnvoyReady checks that the Envoy answering on admin is ready and is
-// the one started with cfgPath: an Envoy that lost its ports to another
-// test's exits, while the other would answer for it, and the test would
-// read that one's stats.
-func ownEnvoyReady(admin, cfgPath string) error {
+// the one whose /server_info names identity (its -c path, or under
+// E2E_ENVOY=docker its --service-zone): an Envoy that lost its ports to
+// another test's exits, while the other would answer for it, and the test
+// would read that one's stats.
+func ownEnvoyReady(admin, identity string) error {
 	if err := httpOK(admin + "/ready"); err != nil {
 		return err
 	}
@@ -343,8 +354,8 @@ func ownEnvoyReady(admin, cfgPath string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.Contains(string(body), cfgPath) {
-		return fmt.Errorf("%s is another Envoy's admin (its server_info does not name %s)", admin, cfgPath)
+	if !strings.Contains(string(body), identity) {
+		return fmt.Errorf("%s is another Envoy's admin (its server_info does not name %s)", admin, identity)
 	}
 	return nil
 }

@@ -1,0 +1,156 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// onePerMinute is a policy whose (tenant, route=orders) budget is one call
+// a minute, unlike the image's example policy (20/s, bursts of 40): a
+// second decision refused proves the mounted policy is the one served.
+const onePerMinute = `domain: edge
+descriptors:
+  - key: route
+    value: orders
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// TestImageRunsLockedDown runs the image as a production cluster does
+// (read-only root filesystem, no capabilities, no privilege escalation,
+// the image's own user) with a policy directory mounted over the shipped
+// one: it runs as 65532 with no capability, answers /healthz, /readyz and
+// gRPC health, and decides with the mounted policy.
+func TestImageRunsLockedDown(t *testing.T) {
+	t.Parallel()
+	policy := t.TempDir()
+	if err := os.WriteFile(filepath.Join(policy, "edge.yaml"), []byte(onePerMinute), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(policy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	flags := append([]string{"-v", policy + ":/etc/extauthz/policy:ro", "-e", "EXTAUTHZ_DRAIN_DELAY=0s"}, lockedDown...)
+	c := runImage(t, flags)
+
+	if u := inspect(t, "{{.Config.User}}", image.name); u != "65532:65532" {
+		t.Errorf("image USER %q, want 65532:65532", u)
+	}
+	checkProcess(t, inspect(t, "{{.State.Pid}}", c.id))
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if err := getOK("http://" + c.httpAddr + path); err != nil {
+			t.Error(err)
+		}
+	}
+	checkGRPCHealth(t, c.grpcAddr)
+
+	want := []string{"OK", "OVER_LIMIT"}
+	for i, code := range want {
+		out := mustDocker(t, "exec", c.id, "/usr/local/bin/extauthz", "try", "tenant=acme,route=orders")
+		var answer struct {
+			OverallCode string `json:"overallCode"`
+		}
+		if err := json.Unmarshal([]byte(out), &answer); err != nil {
+			t.Fatalf("try %d: %v\n%s", i+1, err, out)
+		}
+		if answer.OverallCode != code {
+			t.Errorf("try %d: overallCode %q, want %q (the mounted policy allows one a minute)", i+1, answer.OverallCode, code)
+		}
+	}
+}
+
+// checkProcess reads the container's main process from the host's /proc:
+// user and group 65532, no effective capability, no_new_privs set.
+func checkProcess(t *testing.T, pid string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+	if err != nil {
+		t.Fatalf("the container's process: %v", err)
+	}
+	want := map[string]string{
+		"Uid":        "65532\t65532\t65532\t65532",
+		"Gid":        "65532\t65532\t65532\t65532",
+		"CapEff":     "0000000000000000",
+		"CapPrm":     "0000000000000000",
+		"NoNewPrivs": "1",
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if w, ok := want[k]; ok {
+			if v = strings.TrimSpace(v); v != w {
+				t.Errorf("process %s: %s %q, want %q", pid, k, v, w)
+			}
+			delete(want, k)
+		}
+	}
+	for k := range want {
+		t.Errorf("process %s: no %s in /proc/%s/status", pid, k, pid)
+	}
+}
+
+// checkGRPCHealth asks grpc.health.v1 for the server and the RLS service.
+func checkGRPCHealth(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("gRPC health %q: %v, %v; want SERVING", svc, resp.GetStatus(), err)
+		}
+	}
+}
+
+// TestImageStartsAsBinRatelimit starts the image with the command Envoy
+// Gateway gives its rate limit container, /bin/ratelimit: it serves.
+func TestImageStartsAsBinRatelimit(t *testing.T) {
+	t.Parallel()
+	flags := append([]string{"--entrypoint", "/bin/ratelimit", "-e", "EXTAUTHZ_DRAIN_DELAY=0s"}, lockedDown...)
+	c := runImage(t, flags)
+	checkGRPCHealth(t, c.grpcAddr)
+}
+
+// sizeInDocs is how docs/containers.md records the image size.
+var sizeInDocs = regexp.MustCompile(`\*\*Image size\*\*: ([0-9.]+) MB`)
+
+// TestImageSize keeps the size docs/containers.md records true: the built
+// image is within a quarter of it.
+func TestImageSize(t *testing.T) {
+	t.Parallel()
+	needImage(t)
+	b, err := os.ReadFile(filepath.Join(image.root, "docs", "containers.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sizeInDocs.FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("docs/containers.md records no %s", sizeInDocs)
+	}
+	documented, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bytes, err := strconv.ParseFloat(inspect(t, "{{.Size}}", image.name), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes / 1e6; math.Abs(got-documented) > documented/4 {
+		t.Errorf("the image is %.1f MB; docs/containers.md says %.1f MB", got, documented)
+	}
+}
