@@ -70,14 +70,14 @@ func TestRedisErrorKind(t *testing.T) {
 
 // TestStandaloneClientOnClusterNode: EXTAUTHZ_REDIS_URL names one node of a
 // cluster without EXTAUTHZ_REDIS_CLUSTER=true. Keys on the other nodes get
-// MOVED: the process says to set the variable, and /readyz fails.
+// MOVED: the process says to set the variable, once, and /readyz fails.
+// The replica count's key (<prefix>:replicas, slot 6873 for xa) lives on
+// another node than the first, so its first beat after warm-up may find the
+// mistake before any decision does.
 func TestStandaloneClientOnClusterNode(t *testing.T) {
 	cl := redistest.NewCluster(t)
 	p := start(t, append([]string{"EXTAUTHZ_CONFIG=" + writePolicy(t), "EXTAUTHZ_REDIS_URL=redis://" + cl.Addrs[0]}, patient...)...)
 	waitServing(t, p, 10*time.Second) // warm-up: connections and scripts on the node
-	if code, body := p.get(t, "/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz before any decision = %d %q, want 200 (the node answers PING)", code, body)
-	}
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
 	for i := range 20 { // two thirds of the users' keys live on other nodes
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
