@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -72,7 +71,7 @@ func TestReadyz(t *testing.T) {
 func defaultConfig(t *testing.T) Config {
 	t.Helper()
 	var cfg Config
-	if err := envconfig.Process("XTEST_NOTHING_SET", &cfg); err != nil {
+	if err := readEnv(func(string) (string, bool) { return "", false }, &cfg); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
