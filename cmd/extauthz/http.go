@@ -10,8 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// newHTTPServer serves /metrics (reg only), /healthz (the process is alive)
-// and /readyz (it should receive traffic).
+// newHTTPServer serves /metrics (reg only), /healthz (the process is alive),
+// /readyz (it should receive traffic) and /healthcheck (envoyproxy/ratelimit's
+// probe path).
 func newHTTPServer(s *server, reg *prometheus.Registry) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -28,6 +29,15 @@ func newHTTPServer(s *server, reg *prometheus.Registry) *http.Server {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if reason := s.notServing(); reason != "" {
+			w.WriteHeader(http.StatusInternalServerError) // the peer's code
+			fmt.Fprintln(w, reason)
+			return
+		}
+		fmt.Fprint(w, "OK")
+	})
 	return &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -37,13 +47,25 @@ func newHTTPServer(s *server, reg *prometheus.Registry) *http.Server {
 	}
 }
 
-// notReady says why the server should not get traffic, or "" when it should.
-func (s *server) notReady(ctx context.Context) string {
+// notServing says why the server cannot decide at all (draining, or no
+// policy yet), or "". It is /healthcheck's answer: Envoy Gateway points its
+// liveness probe there too, and a Redis outage, which the failure mode
+// answers, must not have the kubelet restart the pod (nor does it fail the
+// peer's /healthcheck).
+func (s *server) notServing() string {
 	if s.draining.Load() {
 		return "shutting down"
 	}
 	if s.policy.Current() == nil {
 		return "policy not loaded"
+	}
+	return ""
+}
+
+// notReady says why the server should not get traffic, or "" when it should.
+func (s *server) notReady(ctx context.Context) string {
+	if reason := s.notServing(); reason != "" {
+		return reason
 	}
 	if r, ok := s.store.(readiness); ok {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)

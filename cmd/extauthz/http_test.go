@@ -91,3 +91,43 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// /healthcheck is envoyproxy/ratelimit's probe path, which Envoy Gateway's
+// startup, readiness and liveness probes all hit: 200 "OK" as the peer
+// answers, failing only while draining or without a policy, so that a
+// Redis outage (the failure mode answers meanwhile) never has the kubelet
+// restart the pod.
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	loaded := &policy.Policy{}
+	cases := []struct {
+		name     string
+		policy   *policy.Policy
+		store    ratelimit.Store
+		draining bool
+		code     int
+		body     string
+	}{
+		{"ready", loaded, &stubStore{}, false, http.StatusOK, "OK"},
+		{"store not ready", loaded, &stubStore{ready: errors.New("dial tcp: refused")}, false, http.StatusOK, "OK"},
+		{"no policy", nil, &stubStore{}, false, http.StatusInternalServerError, "policy not loaded\n"},
+		{"draining", loaded, &stubStore{}, true, http.StatusInternalServerError, "shutting down\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := c.policy
+			s := &server{
+				log:    slog.New(slog.DiscardHandler),
+				store:  c.store,
+				policy: &policySource{PolicySource: envoy.PolicyFunc(func() *policy.Policy { return p })},
+			}
+			s.draining.Store(c.draining)
+			rec := httptest.NewRecorder()
+			newHTTPServer(s, prometheus.NewRegistry()).Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthcheck", nil))
+			if body := rec.Body.String(); rec.Code != c.code || body != c.body {
+				t.Errorf("/healthcheck = %d %q, want %d %q", rec.Code, body, c.code, c.body)
+			}
+		})
+	}
+}
