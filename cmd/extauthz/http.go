@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -79,4 +82,28 @@ func (s *server) notReady(ctx context.Context) string {
 		return reason
 	}
 	return ""
+}
+
+// startMetrics serves /metrics alone on addr (EXTAUTHZ_METRICS_ADDR, the
+// peer's PROMETHEUS_ADDR) until the returned stop is called; nothing when
+// addr is empty. A listen failure is returned: a scrape target asked for
+// must not be silently missing.
+func startMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("EXTAUTHZ_METRICS_ADDR=%q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "err", err)
+		}
+	}()
+	return func() { srv.Close() }, nil
 }

@@ -16,7 +16,7 @@ func TestStrayVariablesDoNotConfigure(t *testing.T) {
 	} {
 		t.Setenv(kv[0], kv[1])
 	}
-	cfg, err := loadConfig()
+	cfg, _, err := loadConfig()
 	if err != nil {
 		t.Fatalf("loadConfig() with only stray variables set: %v", err)
 	}

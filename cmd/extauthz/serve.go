@@ -27,13 +27,16 @@ import (
 
 // serveMain reads the configuration and serves until ctx ends.
 func serveMain(ctx context.Context, stderr io.Writer) int {
-	cfg, err := loadConfig()
+	cfg, warnings, err := loadConfig()
 	if err != nil {
 		printConfigErrors(stderr, err)
 		return 2
 	}
 	level, _ := cfg.slogLevel() // validated
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, w := range warnings {
+		log.Warn("envoyproxy/ratelimit setting: " + w)
+	}
 	tuneGC(log)
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("exiting", "err", err)
@@ -128,6 +131,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer stopOperator()
+	stopMetrics, err := startMetrics(cfg.MetricsAddr, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
 
