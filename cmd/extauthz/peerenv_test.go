@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +211,46 @@ func TestPeerSettingsNameTheirSource(t *testing.T) {
 	if !strings.Contains(msg, `EXTAUTHZ_GRPC_TLS_CERT="/nonexistent/tls.crt": want empty, or a readable PEM file, with EXTAUTHZ_GRPC_TLS_KEY (from envoyproxy/ratelimit's GRPC_SERVER_USE_TLS, `) ||
 		!strings.Contains(msg, `EXTAUTHZ_NEAR_LIMIT_RATIO=2: want a ratio in (0, 1], e.g. 0.8 (from envoyproxy/ratelimit's NEAR_LIMIT_RATIO)`) {
 		t.Errorf("error %q does not name the peer's variables", msg)
+	}
+}
+
+// TestPeerTableMatchesDocs keeps docs/reference.md's "envoyproxy/ratelimit's
+// settings" table in step with peerVars and peerMappings: the same
+// variables, classes and EXTAUTHZ_* targets.
+func TestPeerTableMatchesDocs(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/reference.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## envoyproxy/ratelimit's settings\n")
+	if !ok {
+		t.Fatal(`docs/reference.md has no "## envoyproxy/ratelimit's settings" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([A-Z0-9_]+)` \\| ([^|]*) \\| ([^|]*) \\| .+ \\|$")
+	documented := map[string][2]string{}
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		if _, dup := documented[m[1]]; dup {
+			t.Errorf("%s has two rows", m[1])
+		}
+		documented[m[1]] = [2]string{strings.TrimSpace(m[2]), strings.ReplaceAll(strings.TrimSpace(m[3]), "`", "")}
+	}
+	for _, v := range peerVars {
+		d, ok := documented[v.name]
+		if !ok {
+			t.Errorf("the docs' table lacks %s", v.name)
+			continue
+		}
+		delete(documented, v.name)
+		if want := [2]string{string(v.class), strings.Join(peerTargets(v.name), ", ")}; d != want {
+			t.Errorf("%s: the docs say %q, the code %q", v.name, d, want)
+		}
+		if (v.class == peerWarned || v.class == peerRefused) != (v.why != "") {
+			t.Errorf("%s: a warned or refused row needs its reason, only they", v.name)
+		}
+	}
+	for name := range documented {
+		t.Errorf("the docs' table has %s, which peerVars lacks", name)
 	}
 }
