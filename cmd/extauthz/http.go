@@ -84,6 +84,21 @@ func (s *server) notReady(ctx context.Context) string {
 	return ""
 }
 
+// startSideListeners starts the metrics listener, then the operators'
+// (admin.go), and returns what stops them all.
+func startSideListeners(cfg Config, d adminDeps, reg *prometheus.Registry) (stop func(), err error) {
+	stopMetrics, err := startMetrics(cfg.MetricsAddr, reg, d.log)
+	if err != nil {
+		return nil, err
+	}
+	stopOperator, err := startOperatorListeners(cfg, d)
+	if err != nil {
+		stopMetrics()
+		return nil, err
+	}
+	return func() { stopOperator(); stopMetrics() }, nil
+}
+
 // startMetrics serves /metrics alone on addr (EXTAUTHZ_METRICS_ADDR, the
 // peer's PROMETHEUS_ADDR) until the returned stop is called; nothing when
 // addr is empty. A listen failure is returned: a scrape target asked for

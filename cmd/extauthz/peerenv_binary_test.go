@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,7 +121,7 @@ func TestBinaryAsEnvoyGatewaysRatelimit(t *testing.T) {
 		}
 		codes = append(codes, resp.GetOverallCode())
 	}
-	if want := []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}; !slicesEqual(codes, want) {
+	if want := []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}; !slices.Equal(codes, want) {
 		t.Errorf("three calls against 2/minute: %v, want %v", codes, want)
 	}
 	if n, _ := redis.Client().DBSize(ctx).Result(); n == 0 {
@@ -152,16 +153,4 @@ func waitHealthcheck(t *testing.T, p *proc) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func slicesEqual[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -126,16 +126,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	s.grpc, s.health = newGRPCServer(services, opts...)
 	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait) // warm.go
 	s.http = newHTTPServer(s, reg)
-	stopOperator, err := startOperatorListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
+	stopOperator, err := startSideListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log}, reg)
 	if err != nil {
 		return err
 	}
 	defer stopOperator()
-	stopMetrics, err := startMetrics(cfg.MetricsAddr, reg, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
 	return s.run(ctx, cfg.GRPCAddr, cfg.HTTPAddr)
 }
 
