@@ -148,7 +148,7 @@ func TestPeerSettingsWarn(t *testing.T) {
 		"GRPC_MAX_CONNECTION_AGE": "1h",
 		// harmless: no line
 		"USE_DOG_STATSD": "false", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true", "PROMETHEUS_PATH": "/metrics",
-		"BACKEND_TYPE": "redis", "REDIS_PERSECOND": "false",
+		"BACKEND_TYPE": "redis", "REDIS_PERSECOND": "false", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true",
 	}
 	_, warnings, err := loadAs("ratelimit", env)
 	if err != nil {
@@ -175,7 +175,6 @@ func TestPeerSettingsRefuse(t *testing.T) {
 		"memcache":                {map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache": refused: `},
 		"a second Redis":          {map[string]string{"REDIS_PERSECOND": "true"}, `REDIS_PERSECOND="true": refused: `},
 		"Redis client cert":       {map[string]string{"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"}, `REDIS_TLS_CLIENT_CERT="/redis-certs/tls.crt": refused: `},
-		"no increment over limit": {map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="true": refused: `},
 		"xDS not in this build":   {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE=GRPC_XDS_SOTW: limits over xDS are not in this build yet"},
 		"unknown config type":     {map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
 		"Redis socket by default": {map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_SOCKET_TYPE="unix" (unix is the peer's default)`},

@@ -31,6 +31,7 @@ const (
 	whyPerSec   = "has no meaning without REDIS_PERSECOND=true, which is refused"
 	whyPipeline = "extauthz coalesces concurrent calls per Redis node itself (EXTAUTHZ_REDIS_MAX_BATCH)"
 	whyStartup  = "extauthz starts without Redis and reports it on /readyz until it answers"
+	whyHeaders  = "extauthz's rate-limit response headers are the policy's header_style (docs/policy.md)"
 )
 
 // peerVars lists every variable of the peer's settings.go, in its order,
@@ -94,11 +95,13 @@ var peerVars = []peerVar{
 	{name: "NEAR_LIMIT_RATIO", class: peerMapped},
 	{name: "CACHE_KEY_PREFIX", class: peerMapped},
 	{name: "BACKEND_TYPE", class: peerRefused, why: "extauthz keeps counters in Redis (or in memory for one replica), not memcache", harmless: is("redis")},
-	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", class: peerRefused, why: "extauthz counts hits past the limit; later decisions would differ", harmless: isFalse},
-	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", class: peerWarned, why: "extauthz's rate-limit response headers are set in the policy, not the environment", harmless: isFalse},
-	{name: "LIMIT_LIMIT_HEADER", class: peerWarned, why: "extauthz's rate-limit response headers are set in the policy, not the environment"},
-	{name: "LIMIT_REMAINING_HEADER", class: peerWarned, why: "extauthz's rate-limit response headers are set in the policy, not the environment"},
-	{name: "LIMIT_RESET_HEADER", class: peerWarned, why: "extauthz's rate-limit response headers are set in the policy, not the environment"},
+	// true is what extauthz always does; false, the peer's default, is a
+	// documented difference (docs/policy.md), not one this variable makes.
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", class: peerWarned, why: "extauthz never charges a denied request (docs/policy.md)", harmless: isTrue},
+	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", class: peerWarned, why: whyHeaders, harmless: isFalse},
+	{name: "LIMIT_LIMIT_HEADER", class: peerWarned, why: whyHeaders},
+	{name: "LIMIT_REMAINING_HEADER", class: peerWarned, why: whyHeaders},
+	{name: "LIMIT_RESET_HEADER", class: peerWarned, why: whyHeaders},
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", class: peerWarned, why: "extauthz's /healthcheck fails until a policy is loaded, always", harmless: isTrue},
 	{name: "REDIS_SOCKET_TYPE", class: peerMapped},
 	{name: "REDIS_TYPE", class: peerMapped},
