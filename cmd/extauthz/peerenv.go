@@ -33,7 +33,7 @@ const (
 	peerXDS peerClass = "xDS"
 )
 
-// xdsInThisBuild turns on the xDS rows' mapping (peerXDSMapping) once the
+// xdsInThisBuild turns on the xDS rows' mapping (xdsVar) once the
 // xDS client and its EXTAUTHZ_POLICY_SOURCE, EXTAUTHZ_XDS_* variables exist.
 const xdsInThisBuild = false
 

@@ -84,6 +84,22 @@ var peerMappings = []peerMapping{
 		}),
 	{[]string{"LOG_LEVEL"}, []string{"LOG_LEVEL"}, peerLogLevel},
 	{[]string{"CONFIG_TYPE", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, []string{"CONFIG"}, peerPolicyDir},
+	// Limits over xDS: the variables the peer reads with
+	// CONFIG_TYPE=GRPC_XDS_SOTW, set only then and only when this build has
+	// the xDS client (xdsInThisBuild); until then peerPolicyDir refuses.
+	{[]string{"CONFIG_TYPE"}, []string{"POLICY_SOURCE"}, func(p peerLookup) (map[string]string, error) {
+		if !overXDS(p) {
+			return nil, nil
+		}
+		return map[string]string{"POLICY_SOURCE": "xds"}, nil
+	}},
+	xdsVar("CONFIG_GRPC_XDS_SERVER_URL", "XDS_SERVER_URL", "localhost:18000"),
+	xdsVar("CONFIG_GRPC_XDS_NODE_ID", "XDS_NODE_ID", "default"),
+	xdsVar("CONFIG_GRPC_XDS_SERVER_USE_TLS", "XDS_SERVER_USE_TLS", "false"),
+	xdsVar("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "XDS_CLIENT_TLS_CERT", ""),
+	xdsVar("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "XDS_CLIENT_TLS_KEY", ""),
+	xdsVar("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "XDS_SERVER_TLS_CA", ""),
+	xdsVar("FORCE_START_WITHOUT_INITIAL_CONFIG", "XDS_FORCE_START", "false"),
 	{[]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"}, []string{"METRICS_ADDR"}, func(p peerLookup) (map[string]string, error) {
 		on, err := p.flag("USE_PROMETHEUS")
 		if !on || err != nil {
@@ -200,27 +216,27 @@ func peerPolicyDir(p peerLookup) (map[string]string, error) {
 			return nil, errors.New("CONFIG_TYPE=GRPC_XDS_SOTW: limits over xDS are not in this build yet; " +
 				"set CONFIG_TYPE=FILE with the limits in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY, or EXTAUTHZ_CONFIG")
 		}
-		return peerXDSMapping(p)
+		return nil, nil // the xdsVar rows
 	default:
 		return nil, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", t)
 	}
 }
 
-// peerXDSMapping is CONFIG_TYPE=GRPC_XDS_SOTW's translation, the one
-// place to finish when the xDS client is merged (with xdsInThisBuild, the
-// peerXDS rows' class and docs/reference.md's table).
-func peerXDSMapping(p peerLookup) (map[string]string, error) {
-	out := map[string]string{
-		"POLICY_SOURCE":       "xds",
-		"XDS_SERVER_URL":      p.or("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
-		"XDS_NODE_ID":         p.or("CONFIG_GRPC_XDS_NODE_ID", "default"),
-		"XDS_SERVER_USE_TLS":  p.or("CONFIG_GRPC_XDS_SERVER_USE_TLS", "false"),
-		"XDS_CLIENT_TLS_CERT": p.or("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
-		"XDS_CLIENT_TLS_KEY":  p.or("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
-		"XDS_SERVER_TLS_CA":   p.or("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
-		"XDS_FORCE_START":     p.or("FORCE_START_WITHOUT_INITIAL_CONFIG", "false"),
-	}
-	return out, nil
+// xdsVar maps one of the peer's xDS variables, with the peer's default,
+// when the limits come over xDS. With xdsInThisBuild these rows, the
+// peerXDS rows' class and docs/reference.md's table are what to switch on.
+func xdsVar(from, to, def string) peerMapping {
+	return peerMapping{[]string{from}, []string{to}, func(p peerLookup) (map[string]string, error) {
+		if !overXDS(p) {
+			return nil, nil
+		}
+		return map[string]string{to: p.or(from, def)}, nil
+	}}
+}
+
+// overXDS: the limits come over xDS, and this build has the client.
+func overXDS(p peerLookup) bool {
+	return xdsInThisBuild && strings.EqualFold(p.or("CONFIG_TYPE", "FILE"), "GRPC_XDS_SOTW")
 }
 
 // peerRedis builds our Redis URL from the peer's host:port form (a list

@@ -186,6 +186,18 @@ func TestPeerSettingsRefuse(t *testing.T) {
 		"bad level":               {map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL="loud": want trace, debug`},
 		"bad cache size":          {map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, `LOCAL_CACHE_SIZE_IN_BYTES="-1": want 0`},
 	}
+	// Envoy Gateway's whole environment, xDS included: the one line is xDS's.
+	eg := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
+		"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}
+	for _, kv := range envoyGatewayEnv("/", "redis.envoy-gateway-system:6379", ":19001") {
+		k, v, _ := strings.Cut(kv, "=")
+		eg[k] = v
+	}
+	cases["Envoy Gateway's environment"] = struct {
+		env  map[string]string
+		line string
+	}{eg, "CONFIG_TYPE=GRPC_XDS_SOTW: limits over xDS are not in this build yet"}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := loadAs("ratelimit", c.env)
