@@ -89,11 +89,19 @@ func (p *proc) Logs() string {
 // both listeners to be logged.
 func start(t *testing.T, env ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary(t)), exited: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(),
+	cmd := exec.Command(binary(t))
+	cmd.Env = append(os.Environ(),
 		"EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0",
 		"EXTAUTHZ_SHUTDOWN_TIMEOUT=5s", "EXTAUTHZ_LOG_LEVEL=debug")
-	p.cmd.Env = append(p.cmd.Env, env...)
+	cmd.Env = append(cmd.Env, env...)
+	return startCmd(t, cmd)
+}
+
+// startCmd runs cmd, an extauthz binary, and waits for both listeners to
+// be logged.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, exited: make(chan error, 1)}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

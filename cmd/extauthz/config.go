@@ -9,21 +9,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/envoy/authz"
 )
 
 // Config is the service's configuration, read from EXTAUTHZ_* environment
-// variables by envconfig. Field comments state the defaults; the README's
+// variables (readEnv: the tags name them, without the prefix). Field comments state the defaults; the README's
 // table lists the same variables and must stay in step with this struct.
 type Config struct {
 	// GRPCAddr serves RLS, ext_authz, ext_proc, health and reflection.
 	GRPCAddr string `envconfig:"GRPC_ADDR" default:":9001"`
-	// HTTPAddr serves /metrics, /healthz and /readyz.
+	// HTTPAddr serves /metrics, /healthz, /readyz and /healthcheck.
 	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9090"`
+	// MetricsAddr, set, also serves /metrics alone on this address (the
+	// peer's PROMETHEUS_ADDR, which Envoy Gateway's scrape targets).
+	MetricsAddr string `envconfig:"METRICS_ADDR" default:""`
 	// Config is the policy file or directory; empty uses no policy.
 	Config string `envconfig:"CONFIG" default:""`
 	// LogLevel is debug, info, warn or error.
@@ -220,19 +221,39 @@ func (c Config) grpcMessageLimits() (recv, send int) {
 	return pick(c.GRPCMaxRecvBytes), pick(c.GRPCMaxSendBytes)
 }
 
-// loadConfig reads the EXTAUTHZ_* environment and validates it. Every
-// problem is one line naming the variable and what it accepts.
-func loadConfig() (Config, error) {
+// loadConfig reads the EXTAUTHZ_* environment, and envoyproxy/ratelimit's
+// names where they apply (peerenv.go), and validates it. Every problem is
+// one line naming the variable and what it accepts; warnings are the
+// peer's variables that have no meaning here, one line each.
+func loadConfig() (Config, []string, error) {
+	return loadConfigFrom(os.Args[0], os.LookupEnv)
+}
+
+func loadConfigFrom(argv0 string, lookup func(string) (string, bool)) (Config, []string, error) {
 	var cfg Config
+	var peer peerEnv
+	if peerMode(argv0, lookup) {
+		peer = translatePeer(lookup)
+		for name := range peer.values {
+			if _, ok := lookup("EXTAUTHZ_" + name); ok { // ours win
+				delete(peer.values, name)
+				delete(peer.from, name)
+			}
+		}
+		if err := errors.Join(peer.refusals...); err != nil {
+			return cfg, peer.warnings, err
+		}
+		lookup = envWithPeer(lookup, peer)
+	}
 	// envconfig stops at the first value it cannot parse and words it in
 	// Go types; check them all first, in our words, with the Go runtime's.
-	if err := errors.Join(parseErrors(os.LookupEnv), goRuntimeEnvErrors(os.LookupEnv)); err != nil {
-		return cfg, err
+	if err := errors.Join(parseErrors(lookup), goRuntimeEnvErrors(os.LookupEnv)); err != nil {
+		return cfg, peer.warnings, peer.annotate(err)
 	}
-	if err := envconfig.Process("EXTAUTHZ", &cfg); err != nil {
-		return cfg, fmt.Errorf("configuration: %w", err)
+	if err := readEnv(lookup, &cfg); err != nil {
+		return cfg, peer.warnings, fmt.Errorf("configuration: %w", peer.annotate(err))
 	}
-	return cfg, cfg.Validate()
+	return cfg, peer.warnings, peer.annotate(cfg.Validate())
 }
 
 // printConfigErrors prints loadConfig's problems, one line each naming
@@ -257,6 +278,7 @@ func (c Config) rules() []rule {
 	return append([]rule{
 		{"GRPC_ADDR", "host:port with a port 0-65535, e.g. :9001", c.GRPCAddr, validAddr(c.GRPCAddr)},
 		{"HTTP_ADDR", "host:port with a port 0-65535, e.g. :9090", c.HTTPAddr, validAddr(c.HTTPAddr)},
+		{"METRICS_ADDR", "empty (off), or host:port with a port 0-65535, e.g. :19001", c.MetricsAddr, c.MetricsAddr == "" || validAddr(c.MetricsAddr)},
 		{"LOG_LEVEL", "debug, info, warn or error", c.LogLevel, validLevel(c.LogLevel)},
 		{"DEBUG_ADDR", "empty (off) or a loopback host:port, e.g. 127.0.0.1:6060", c.DebugAddr, checkDebugAddr(c.DebugAddr) == nil},
 		{"ADMIN_ADDR", "empty (off), a loopback host:port (e.g. 127.0.0.1:9003), or any host:port with EXTAUTHZ_ADMIN_TOKEN or EXTAUTHZ_ADMIN_TOKEN_FILE set", c.AdminAddr, c.validAdminAddr()},

@@ -177,3 +177,52 @@ func quote(v any) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// readEnv sets every field of cfg from EXTAUTHZ_<its tag> or, unset, from
+// its default. Only the prefixed name is read: envconfig.Process falls
+// back to the bare name (REDIS_URL for EXTAUTHZ_REDIS_URL), and a variable
+// meant for another program, or one Kubernetes injects into every pod,
+// must never configure us unasked.
+func readEnv(lookup func(string) (string, bool), cfg *Config) error {
+	v := reflect.ValueOf(cfg).Elem()
+	typ := v.Type()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		s, ok := lookup("EXTAUTHZ_" + f.Tag.Get("envconfig"))
+		if !ok {
+			s = f.Tag.Get("default")
+		}
+		if err := setField(v.Field(i), s); err != nil {
+			return fmt.Errorf("EXTAUTHZ_%s=%q: %w", f.Tag.Get("envconfig"), s, err)
+		}
+	}
+	return nil
+}
+
+// setField parses s into field, for the kinds Config uses.
+func setField(field reflect.Value, s string) error {
+	if field.Type() == reflect.TypeFor[time.Duration]() {
+		d, err := time.ParseDuration(s)
+		field.SetInt(int64(d))
+		return err
+	}
+	switch field.Kind() {
+	case reflect.String:
+		field.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		field.SetBool(b)
+		return err
+	case reflect.Int:
+		n, err := strconv.Atoi(s)
+		field.SetInt(int64(n))
+		return err
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(s, 64)
+		field.SetFloat(x)
+		return err
+	default:
+		return fmt.Errorf("unsupported field kind %s", field.Kind())
+	}
+	return nil
+}

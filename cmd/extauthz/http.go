@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -10,8 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// newHTTPServer serves /metrics (reg only), /healthz (the process is alive)
-// and /readyz (it should receive traffic).
+// newHTTPServer serves /metrics (reg only), /healthz (the process is alive),
+// /readyz (it should receive traffic) and /healthcheck (envoyproxy/ratelimit's
+// probe path).
 func newHTTPServer(s *server, reg *prometheus.Registry) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -28,6 +32,15 @@ func newHTTPServer(s *server, reg *prometheus.Registry) *http.Server {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if reason := s.notServing(); reason != "" {
+			w.WriteHeader(http.StatusInternalServerError) // the peer's code
+			fmt.Fprintln(w, reason)
+			return
+		}
+		fmt.Fprint(w, "OK")
+	})
 	return &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -37,13 +50,25 @@ func newHTTPServer(s *server, reg *prometheus.Registry) *http.Server {
 	}
 }
 
-// notReady says why the server should not get traffic, or "" when it should.
-func (s *server) notReady(ctx context.Context) string {
+// notServing says why the server cannot decide at all (draining, or no
+// policy yet), or "". It is /healthcheck's answer: Envoy Gateway points its
+// liveness probe there too, and a Redis outage, which the failure mode
+// answers, must not have the kubelet restart the pod (nor does it fail the
+// peer's /healthcheck).
+func (s *server) notServing() string {
 	if s.draining.Load() {
 		return "shutting down"
 	}
 	if s.policy.Current() == nil {
 		return "policy not loaded"
+	}
+	return ""
+}
+
+// notReady says why the server should not get traffic, or "" when it should.
+func (s *server) notReady(ctx context.Context) string {
+	if reason := s.notServing(); reason != "" {
+		return reason
 	}
 	if r, ok := s.store.(readiness); ok {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -57,4 +82,43 @@ func (s *server) notReady(ctx context.Context) string {
 		return reason
 	}
 	return ""
+}
+
+// startSideListeners starts the metrics listener, then the operators'
+// (admin.go), and returns what stops them all.
+func startSideListeners(cfg Config, d adminDeps, reg *prometheus.Registry) (stop func(), err error) {
+	stopMetrics, err := startMetrics(cfg.MetricsAddr, reg, d.log)
+	if err != nil {
+		return nil, err
+	}
+	stopOperator, err := startOperatorListeners(cfg, d)
+	if err != nil {
+		stopMetrics()
+		return nil, err
+	}
+	return func() { stopOperator(); stopMetrics() }, nil
+}
+
+// startMetrics serves /metrics alone on addr (EXTAUTHZ_METRICS_ADDR, the
+// peer's PROMETHEUS_ADDR) until the returned stop is called; nothing when
+// addr is empty. A listen failure is returned: a scrape target asked for
+// must not be silently missing.
+func startMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("EXTAUTHZ_METRICS_ADDR=%q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "err", err)
+		}
+	}()
+	return func() { srv.Close() }, nil
 }

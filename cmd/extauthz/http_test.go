@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -72,7 +71,7 @@ func TestReadyz(t *testing.T) {
 func defaultConfig(t *testing.T) Config {
 	t.Helper()
 	var cfg Config
-	if err := envconfig.Process("XTEST_NOTHING_SET", &cfg); err != nil {
+	if err := readEnv(func(string) (string, bool) { return "", false }, &cfg); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
@@ -90,5 +89,45 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "EXTAUTHZ_"+name+"=") {
 			t.Errorf("Validate() = %v, want a problem with EXTAUTHZ_%s", err, name)
 		}
+	}
+}
+
+// /healthcheck is envoyproxy/ratelimit's probe path, which Envoy Gateway's
+// startup, readiness and liveness probes all hit: 200 "OK" as the peer
+// answers, failing only while draining or without a policy, so that a
+// Redis outage (the failure mode answers meanwhile) never has the kubelet
+// restart the pod.
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	loaded := &policy.Policy{}
+	cases := []struct {
+		name     string
+		policy   *policy.Policy
+		store    ratelimit.Store
+		draining bool
+		code     int
+		body     string
+	}{
+		{"ready", loaded, &stubStore{}, false, http.StatusOK, "OK"},
+		{"store not ready", loaded, &stubStore{ready: errors.New("dial tcp: refused")}, false, http.StatusOK, "OK"},
+		{"no policy", nil, &stubStore{}, false, http.StatusInternalServerError, "policy not loaded\n"},
+		{"draining", loaded, &stubStore{}, true, http.StatusInternalServerError, "shutting down\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := c.policy
+			s := &server{
+				log:    slog.New(slog.DiscardHandler),
+				store:  c.store,
+				policy: &policySource{PolicySource: envoy.PolicyFunc(func() *policy.Policy { return p })},
+			}
+			s.draining.Store(c.draining)
+			rec := httptest.NewRecorder()
+			newHTTPServer(s, prometheus.NewRegistry()).Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthcheck", nil))
+			if body := rec.Body.String(); rec.Code != c.code || body != c.body {
+				t.Errorf("/healthcheck = %d %q, want %d %q", rec.Code, body, c.code, c.body)
+			}
+		})
 	}
 }

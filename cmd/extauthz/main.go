@@ -26,8 +26,9 @@ const usage = `usage:
   extauthz [serve]         serve on one gRPC port Envoy's rate limit service (RLS v3), rate limit
                            quota service (RLQS v3), external authorization (ext_authz v3) and
                            external processing (ext_proc v3) APIs, gRPC health and reflection; on
-                           the HTTP port /metrics, /healthz, /readyz; configured by EXTAUTHZ_*
-                           environment variables (see README)
+                           the HTTP port /metrics, /healthz, /readyz, /healthcheck; configured by
+                           EXTAUTHZ_* environment variables, or envoyproxy/ratelimit's when started
+                           as ratelimit (see docs/reference.md)
   extauthz validate PATH   load the policy at PATH (file or directory), print every problem
   extauthz try [rls|authz] [flags] [DESCRIPTOR...]
                            send one ShouldRateLimit (default: the README's example) or ext_authz

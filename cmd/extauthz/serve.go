@@ -27,13 +27,16 @@ import (
 
 // serveMain reads the configuration and serves until ctx ends.
 func serveMain(ctx context.Context, stderr io.Writer) int {
-	cfg, err := loadConfig()
+	cfg, warnings, err := loadConfig()
 	if err != nil {
 		printConfigErrors(stderr, err)
 		return 2
 	}
 	level, _ := cfg.slogLevel() // validated
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, w := range warnings {
+		log.Warn("envoyproxy/ratelimit setting: " + w)
+	}
 	tuneGC(log)
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("exiting", "err", err)
@@ -118,7 +121,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	s.grpc, s.health = newGRPCServer(services, grpcServerOptions(cfg, tr)...)
 	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait) // warm.go
 	s.http = newHTTPServer(s, reg)
-	stopOperator, err := startOperatorListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
+	stopOperator, err := startSideListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log}, reg)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 // would refuse stops validate too (exit 2, serve's lines), rather than
 // being read as a default.
 func validateMain(path string, stdout, stderr io.Writer) int {
-	cfg, err := loadConfig()
+	cfg, _, err := loadConfig()
 	if err != nil {
 		printConfigErrors(stderr, err)
 		return 2
