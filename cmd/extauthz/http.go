@@ -42,8 +42,8 @@ func (s *server) notReady(ctx context.Context) string {
 	if s.draining.Load() {
 		return "shutting down"
 	}
-	if s.policy.Current() == nil {
-		return "policy not loaded"
+	if reason := s.policy.policyNotReady(); reason != "" {
+		return reason
 	}
 	if r, ok := s.store.(readiness); ok {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
