@@ -43,14 +43,12 @@ func (c Config) policySourceKind() string {
 
 // xdsRules check the xDS client's variables.
 func (c Config) xdsRules() []rule {
-	xds := c.policySourceKind() == sourceXDS
 	pair := (c.XDSClientTLSCert == "") == (c.XDSClientTLSKey == "")
 	_, metaErr := c.xdsNodeMetadata()
 	return []rule{
-		{"POLICY_SOURCE", "empty, file or xds (xds with EXTAUTHZ_XDS_SERVER_URL set and EXTAUTHZ_CONFIG empty)", c.PolicySource,
-			c.PolicySource == "" || c.PolicySource == sourceFile || (c.PolicySource == sourceXDS && c.XDSServerURL != "" && c.Config == "")},
-		{"XDS_SERVER_URL", "empty, or host:port of the xDS server (then EXTAUTHZ_CONFIG empty, unless EXTAUTHZ_POLICY_SOURCE=file)", c.XDSServerURL,
-			c.XDSServerURL == "" || (validHostPort(c.XDSServerURL) && (!xds || c.Config == ""))},
+		{"POLICY_SOURCE", "empty, file or xds (xds with EXTAUTHZ_XDS_SERVER_URL set)", c.PolicySource,
+			c.PolicySource == "" || c.PolicySource == sourceFile || (c.PolicySource == sourceXDS && c.XDSServerURL != "")},
+		{"XDS_SERVER_URL", "empty, or host:port of the xDS server", c.XDSServerURL, c.XDSServerURL == "" || validHostPort(c.XDSServerURL)},
 		{"XDS_NODE_ID", "a non-empty node id", c.XDSNodeID, c.XDSNodeID != ""},
 		{"XDS_NODE_METADATA", "empty, or comma-separated key=value pairs", c.XDSNodeMetadata, metaErr == nil},
 		{"XDS_SERVER_TLS_CA", "empty, or a readable PEM file with EXTAUTHZ_XDS_SERVER_USE_TLS=true", c.XDSServerTLSCA,
@@ -200,6 +198,11 @@ func newXDSPolicySource(cfg Config, opts policy.LoadOptions, updates *prometheus
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Config != "" {
+		// The image sets EXTAUTHZ_CONFIG to its example policy; an operator
+		// who points the service at an xDS server means that server.
+		log.Warn("EXTAUTHZ_CONFIG is ignored: the policy comes over xds (EXTAUTHZ_POLICY_SOURCE=file reads the files instead)", "config", cfg.Config)
 	}
 	log.Info("policy from xds", "server", cfg.XDSServerURL, "node_id", cfg.XDSNodeID, "tls", cfg.XDSServerUseTLS,
 		"mtls", cfg.XDSClientTLSCert != "", "force_start", cfg.XDSForceStart)
