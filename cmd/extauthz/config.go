@@ -68,6 +68,11 @@ type Config struct {
 	// server (mutual TLS).
 	XDSClientTLSCert string `envconfig:"XDS_CLIENT_TLS_CERT" default:""`
 	XDSClientTLSKey  string `envconfig:"XDS_CLIENT_TLS_KEY" default:""`
+	// XDSHeaders are gRPC metadata sent on each xDS stream, as
+	// key:value pairs comma separated (envconfig's map format).
+	XDSHeaders map[string]string `envconfig:"XDS_HEADERS" default:""`
+	// XDSMaxRecvBytes bounds one xDS response; 0 is gRPC's 4 MiB.
+	XDSMaxRecvBytes int `envconfig:"XDS_MAX_RECV_BYTES" default:"0"`
 	// XDSForceStart serves (an empty policy: nothing matches) before the
 	// first update, as envoyproxy/ratelimit's
 	// FORCE_START_WITHOUT_INITIAL_CONFIG; false, not ready until then.

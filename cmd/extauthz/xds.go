@@ -57,6 +57,8 @@ func (c Config) xdsRules() []rule {
 		{"XDS_CLIENT_TLS_CERT", "empty, or a readable PEM file, with EXTAUTHZ_XDS_CLIENT_TLS_KEY and EXTAUTHZ_XDS_SERVER_USE_TLS=true", c.XDSClientTLSCert,
 			pair && readableOrEmpty(c.XDSClientTLSCert) && (c.XDSClientTLSCert == "" || c.XDSServerUseTLS)},
 		{"XDS_CLIENT_TLS_KEY", "empty, or a readable PEM file, with EXTAUTHZ_XDS_CLIENT_TLS_CERT", c.XDSClientTLSKey, pair && readableOrEmpty(c.XDSClientTLSKey)},
+		{"XDS_MAX_RECV_BYTES", fmt.Sprintf("0 (gRPC's 4 MiB) or %d to %d", minGRPCMessage, maxGRPCMessage), c.XDSMaxRecvBytes,
+			c.XDSMaxRecvBytes == 0 || (c.XDSMaxRecvBytes >= minGRPCMessage && c.XDSMaxRecvBytes <= maxGRPCMessage)},
 		{"XDS_BACKOFF_MIN", "a duration above 0, e.g. 500ms", c.XDSBackoffMin, c.XDSBackoffMin > 0},
 		{"XDS_BACKOFF_MAX", "a duration not below EXTAUTHZ_XDS_BACKOFF_MIN, e.g. 30s", c.XDSBackoffMax, c.XDSBackoffMax >= c.XDSBackoffMin},
 	}
@@ -185,13 +187,15 @@ func newXDSPolicySource(cfg Config, opts policy.LoadOptions, updates *prometheus
 	x := &xdsPolicy{force: cfg.XDSForceStart, opts: opts, updates: updates, log: log}
 	x.current.Store(&policy.Policy{Domains: map[string]*policy.Domain{}})
 	client, err := adsclient.New(adsclient.Config{
-		Target:      cfg.XDSServerURL,
-		Node:        &corev3.Node{Id: cfg.XDSNodeID, Cluster: cfg.XDSNodeCluster, Metadata: meta},
-		TypeURL:     rlsconf.TypeURL,
-		Credentials: creds,
-		MinBackoff:  cfg.XDSBackoffMin,
-		MaxBackoff:  cfg.XDSBackoffMax,
-		Apply:       x.apply,
+		Target:       cfg.XDSServerURL,
+		Node:         &corev3.Node{Id: cfg.XDSNodeID, Cluster: cfg.XDSNodeCluster, Metadata: meta},
+		TypeURL:      rlsconf.TypeURL,
+		Credentials:  creds,
+		Headers:      cfg.XDSHeaders,
+		MaxRecvBytes: cfg.XDSMaxRecvBytes,
+		MinBackoff:   cfg.XDSBackoffMin,
+		MaxBackoff:   cfg.XDSBackoffMax,
+		Apply:        x.apply,
 		OnStreamError: func(err error, retryIn time.Duration) {
 			log.Warn("xds stream ended; reconnecting", "server", cfg.XDSServerURL, "err", err, "retry_in", retryIn.Round(time.Millisecond))
 		},

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -35,6 +36,11 @@ type Config struct {
 	TypeURL string
 	// Credentials secure the connection; nil is plaintext.
 	Credentials credentials.TransportCredentials
+	// Headers are sent as gRPC metadata on every stream (a server's
+	// authentication token, say); optional.
+	Headers map[string]string
+	// MaxRecvBytes bounds one response; 0 is gRPC's default (4 MiB).
+	MaxRecvBytes int
 	// MinBackoff and MaxBackoff bound the pause before reconnecting, which
 	// doubles after each failed stream (with jitter) and starts over after
 	// a stream that delivered a response. Defaults 500ms and 30s.
@@ -79,7 +85,11 @@ func New(cfg Config) (*Client, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	conn, err := grpc.NewClient(cfg.Target, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if cfg.MaxRecvBytes > 0 {
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxRecvBytes)))
+	}
+	conn, err := grpc.NewClient(cfg.Target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("adsclient: %s: %w", cfg.Target, err)
 	}
@@ -123,6 +133,9 @@ func jitter(d time.Duration) time.Duration {
 func (c *Client) stream(ctx context.Context) (delivered bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if len(c.cfg.Headers) > 0 {
+		ctx = metadata.NewOutgoingContext(ctx, metadata.New(c.cfg.Headers))
+	}
 	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return false, err

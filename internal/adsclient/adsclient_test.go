@@ -17,6 +17,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/extauthz/extauthz/internal/adsclient"
@@ -31,9 +32,10 @@ type server struct {
 	grpc  *grpc.Server
 	done  chan struct{}
 
-	mu    sync.Mutex
-	nacks []string
-	nodes []*corev3.Node
+	mu      sync.Mutex
+	nacks   []string
+	nodes   []*corev3.Node
+	headers []string // x-token values of opened streams
 }
 
 func serve(t *testing.T, addr string, cache cachev3.SnapshotCache) *server {
@@ -43,7 +45,13 @@ func serve(t *testing.T, addr string, cache cachev3.SnapshotCache) *server {
 		t.Fatal(err)
 	}
 	s := &server{addr: ln.Addr().String(), cache: cache, grpc: grpc.NewServer(), done: make(chan struct{})}
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+	cb := serverv3.CallbackFuncs{StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.headers = append(s.headers, md.Get("x-token")...)
+		return nil
+	}, StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if req.GetNode() != nil {
@@ -139,6 +147,7 @@ func TestClientAcksNacksAndReconnects(t *testing.T) {
 	c, err := adsclient.New(adsclient.Config{
 		Target: s.addr, Node: &corev3.Node{Id: node, Cluster: "rl"}, TypeURL: resource.RateLimitConfigType,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Apply: a.apply,
+		Headers: map[string]string{"x-token": "secret"}, MaxRecvBytes: 1 << 20,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +169,11 @@ func TestClientAcksNacksAndReconnects(t *testing.T) {
 	if first.GetId() != node || first.GetCluster() != "rl" {
 		t.Errorf("node %v, want id %s cluster rl", first, node)
 	}
+	s.mu.Lock()
+	if len(s.headers) != 1 || s.headers[0] != "secret" {
+		t.Errorf("stream headers x-token %v, want [secret]", s.headers)
+	}
+	s.mu.Unlock()
 
 	set(t, cache, "v2", "a", "bad")
 	eventually(t, "v2 NACKed with the error", func() bool { return s.nacked("resource bad: refused") })
