@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/policy/rlsconf"
@@ -138,5 +139,26 @@ func TestLoadOfNoResourcesIsAnEmptyPolicy(t *testing.T) {
 	p, err := rlsconf.Load(nil, policy.LoadOptions{})
 	if err != nil || len(p.Domains) != 0 {
 		t.Errorf("Load(nil) = %v, %v; want an empty policy", p, err)
+	}
+}
+
+func TestLoadMapsQuotaModeAndMetadata(t *testing.T) {
+	t.Parallel()
+	md, err := structpb.NewStruct(map[string]any{"tier": "gold", "weight": 2.0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &rlsconfv3.RateLimitConfig{Name: "r", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "k", QuotaMode: true, Metadata: md,
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MONTH, RequestsPerUnit: 100}},
+	}}
+	p, err := rlsconf.Load([]*rlsconfv3.RateLimitConfig{cfg}, policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := p.Domain("d").Match([]ratelimit.Entry{{Key: "k", Value: "any"}})
+	if !ok || !m.Rule.QuotaMode || m.Rule.Metadata["tier"] != "gold" || m.Rule.Metadata["weight"] != 2.0 ||
+		m.Rule.Limits[0].Period != 30*24*time.Hour {
+		t.Errorf("rule %+v, want quota mode, metadata tier=gold weight=2 and 100 a (30-day) month", m.Rule)
 	}
 }
