@@ -122,6 +122,13 @@ func newFilePolicySource(path string, opts policy.LoadOptions, reg prometheus.Re
 	return &policySource{PolicySource: w, run: w.Run}, nil
 }
 
+// gateReadiness keeps the process out of rotation until the policy is
+// ready and the store warmed up.
+func (s *server) gateReadiness(ctx context.Context, cfg Config) {
+	s.gatePolicy()
+	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait)
+}
+
 // gatePolicy holds gRPC health at NOT_SERVING while the policy is not
 // ready, and announces SERVING when it becomes ready (unless the warm-up
 // or a shutdown still holds it).

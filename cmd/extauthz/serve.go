@@ -120,8 +120,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.GRPCStreamWorkers)))
 	}
 	s.grpc, s.health = newGRPCServer(services, opts...)
-	s.gatePolicy()                                            // policysrc.go
-	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait) // warm.go
+	s.gateReadiness(ctx, cfg) // policysrc.go, warm.go
 	s.http = newHTTPServer(s, reg)
 	stopOperator, err := startOperatorListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log})
 	if err != nil {
