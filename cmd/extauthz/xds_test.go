@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"strings"
 	"sync"
@@ -21,8 +20,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/extauthz/extauthz/internal/testpki"
 )
 
 // xdsNode is the node id every test's extauthz announces.
@@ -320,34 +317,4 @@ func sample(metrics, series string) string {
 		}
 	}
 	return ""
-}
-
-func TestBinaryTakesPolicyOverMutualTLSXDS(t *testing.T) {
-	dir := t.TempDir()
-	serverCA, clientCA := testpki.NewCA(t, "xds-server-ca"), testpki.NewCA(t, "xds-client-ca")
-	serverLeaf := serverCA.Issue(t, testpki.Options{CommonName: "xds", DNSNames: []string{"xds.example"}, Server: true})
-	clientCert, clientKey := clientCA.Issue(t, testpki.Options{CommonName: "ratelimit", Client: true}).WriteFiles(t, dir, "client")
-	creds := credentials.NewTLS(&tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{serverLeaf.TLS(t)},
-		ClientCAs:    clientCA.Pool(),
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-	})
-	x := startXDS(t, "127.0.0.1:0", creds)
-	x.set(t, "v1", gatewayLimit("first-listener", 4, rlsconfv3.RateLimitUnit_SECOND))
-	tlsEnv := []string{"EXTAUTHZ_XDS_SERVER_USE_TLS=true", "EXTAUTHZ_XDS_SERVER_TLS_CA=" + serverCA.WriteFile(t, dir, "server-ca.pem"),
-		"EXTAUTHZ_XDS_SERVER_TLS_SAN=xds.example"}
-
-	// Without a client certificate the server refuses the handshake.
-	anon := start(t, xdsEnv(x.addr, tlsEnv...)...)
-	eventually(t, "a refused stream to be logged", func() bool { return strings.Contains(anon.Logs(), "xds stream ended; reconnecting") })
-	if code, _ := anon.get(t, "/readyz"); code != 503 {
-		t.Errorf("/readyz without a client certificate = %d, want 503", code)
-	}
-
-	p := start(t, xdsEnv(x.addr, append(tlsEnv, "EXTAUTHZ_XDS_CLIENT_TLS_CERT="+clientCert, "EXTAUTHZ_XDS_CLIENT_TLS_KEY="+clientKey)...)...)
-	eventually(t, "ready over mutual TLS", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
-	if st := gatewayStatus(t, rlsv3.NewRateLimitServiceClient(p.dial(t)), "first-listener"); st.GetCurrentLimit().GetRequestsPerUnit() != 4 {
-		t.Errorf("limit over mTLS %d, want 4", st.GetCurrentLimit().GetRequestsPerUnit())
-	}
 }
