@@ -46,6 +46,41 @@ type Config struct {
 	ResponseDynamicMetadata bool `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
 	// MergeDomains lets several policy files define one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
 	MergeDomains bool `envconfig:"MERGE_DOMAINS" default:"false"`
+	// PolicySource is where limits come from: file (EXTAUTHZ_CONFIG) or
+	// xds (RateLimitConfig resources over ADS); empty is xds when
+	// EXTAUTHZ_XDS_SERVER_URL is set, else file (xds.go).
+	PolicySource string `envconfig:"POLICY_SOURCE" default:""`
+	// XDSServerURL is the xDS management server's host:port.
+	XDSServerURL string `envconfig:"XDS_SERVER_URL" default:""`
+	// XDSNodeID is the node id the server picks a snapshot by.
+	XDSNodeID string `envconfig:"XDS_NODE_ID" default:"default"`
+	// XDSNodeCluster is the node's cluster; empty, none.
+	XDSNodeCluster string `envconfig:"XDS_NODE_CLUSTER" default:""`
+	// XDSNodeMetadata is the node's metadata, key=value pairs comma separated.
+	XDSNodeMetadata string `envconfig:"XDS_NODE_METADATA" default:""`
+	// XDSServerUseTLS connects to the server over TLS.
+	XDSServerUseTLS bool `envconfig:"XDS_SERVER_USE_TLS" default:"false"`
+	// XDSServerTLSCA verifies the server (PEM bundle); empty, the system roots.
+	XDSServerTLSCA string `envconfig:"XDS_SERVER_TLS_CA" default:""`
+	// XDSServerTLSSAN is the name the server's certificate must carry;
+	// empty, the host of EXTAUTHZ_XDS_SERVER_URL.
+	XDSServerTLSSAN string `envconfig:"XDS_SERVER_TLS_SAN" default:""`
+	// XDSClientTLSCert and XDSClientTLSKey, both set, are presented to the
+	// server (mutual TLS).
+	XDSClientTLSCert string `envconfig:"XDS_CLIENT_TLS_CERT" default:""`
+	XDSClientTLSKey  string `envconfig:"XDS_CLIENT_TLS_KEY" default:""`
+	// XDSHeaders are gRPC metadata sent on each xDS stream, as
+	// key:value pairs comma separated (envconfig's map format).
+	XDSHeaders map[string]string `envconfig:"XDS_HEADERS" default:""`
+	// XDSMaxRecvBytes bounds one xDS response; 0 is gRPC's 4 MiB.
+	XDSMaxRecvBytes int `envconfig:"XDS_MAX_RECV_BYTES" default:"0"`
+	// XDSForceStart serves (an empty policy: nothing matches) before the
+	// first update, as envoyproxy/ratelimit's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG; false, not ready until then.
+	XDSForceStart bool `envconfig:"XDS_FORCE_START" default:"false"`
+	// XDSBackoffMin and XDSBackoffMax bound the pause between reconnects.
+	XDSBackoffMin time.Duration `envconfig:"XDS_BACKOFF_MIN" default:"500ms"`
+	XDSBackoffMax time.Duration `envconfig:"XDS_BACKOFF_MAX" default:"30s"`
 	// NearLimitRatio is the share of a limit past which admitted hits count
 	// as near_limit, in (0, 1]; 0 is refused, not read as the default.
 	NearLimitRatio float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
@@ -324,7 +359,7 @@ func (c Config) rules() []rule {
 		{"OTLP_ENDPOINT", "empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)", redactURL(c.OTLPEndpoint), c.validOTLPEndpoint()},
 		{"OTLP_PROTOCOL", "grpc or http/protobuf", c.OTLPProtocol, c.OTLPProtocol == tracing.ProtocolGRPC || c.OTLPProtocol == tracing.ProtocolHTTP},
 		{"TRACE_SAMPLE_RATIO", "a ratio in [0, 1]", c.TraceSampleRatio, c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1},
-	}, c.listenRules()...)
+	}, append(c.listenRules(), c.xdsRules()...)...)
 }
 
 // Validate returns every problem of c, one line each, naming the variable,

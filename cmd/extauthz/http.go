@@ -59,8 +59,8 @@ func (s *server) notServing() string {
 	if s.draining.Load() {
 		return "shutting down"
 	}
-	if s.policy.Current() == nil {
-		return "policy not loaded"
+	if reason := s.policy.policyNotReady(); reason != "" {
+		return reason
 	}
 	return ""
 }

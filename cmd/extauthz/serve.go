@@ -21,7 +21,6 @@ import (
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	"github.com/extauthz/extauthz/pkg/envoy/rls"
-	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -81,9 +80,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
-	src, err := newPolicySource(cfg.Config, policy.LoadOptions{MergeDomains: cfg.MergeDomains}, reg, log)
+	src, err := newPolicySource(cfg, reg, log) // policysrc.go
 	if err != nil {
-		return fmt.Errorf("EXTAUTHZ_CONFIG=%q: policy: %w", cfg.Config, err)
+		return err
 	}
 	store, err := newStore(ctx, cfg, storeDeps{Registerer: reg, Logger: log})
 	if err != nil {
@@ -119,7 +118,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	s.replay = rp.server
 	s.grpc, s.health = newGRPCServer(services, grpcServerOptions(cfg, tr)...)
-	s.startWarmUp(ctx, cfg.warmAttemptTimeout(), warmMaxWait) // warm.go
+	s.gateReadiness(ctx, cfg) // policysrc.go, warm.go
 	s.http = newHTTPServer(s, reg)
 	stopOperator, err := startSideListeners(cfg, adminDeps{limits: store, idem: idem, policies: src, reg: reg, log: log}, reg)
 	if err != nil {

@@ -211,6 +211,11 @@ func (r *rewarmer) close() {
 
 // setServing sets every registered service and the server ("") to status.
 func (s *server) setServing(status healthpb.HealthCheckResponse_ServingStatus) {
+	// Nothing serves before the policy does (xds.go): a warm-up ending
+	// first must not announce a process that has no limits yet.
+	if status == healthpb.HealthCheckResponse_SERVING && s.policy != nil && s.policy.policyNotReady() != "" {
+		status = healthpb.HealthCheckResponse_NOT_SERVING
+	}
 	for name := range s.grpc.GetServiceInfo() {
 		s.health.SetServingStatus(name, status)
 	}

@@ -269,3 +269,30 @@ func yamlProblem(name string, err error) *Problem {
 	}
 	return &Problem{File: name, Line: line, Message: "bad YAML: " + msg, Err: err}
 }
+
+// Document is one policy document delivered by a source other than the
+// file system (xDS): Name is what its problems are reported under.
+type Document struct {
+	Name string
+	Data []byte
+}
+
+// LoadDocuments validates documents exactly as Load validates files (one
+// domain per document, the same fields and checks), so that every policy
+// source feeds the one validation. Problems carry no line: a document's
+// lines were generated, not written, and the field path locates them. No
+// documents is a valid policy without domains.
+func LoadDocuments(docs []Document, opts LoadOptions) (*Policy, error) {
+	files := make([]fileData, len(docs))
+	for i, d := range docs {
+		files[i] = fileData{name: d.Name, data: d.Data}
+	}
+	p, err := loadFiles(files, opts)
+	var probs Errors
+	if errors.As(err, &probs) {
+		for _, pr := range probs {
+			pr.Line = 0
+		}
+	}
+	return p, err
+}
