@@ -70,7 +70,7 @@ type Config struct {
 	XDSClientTLSCert string `envconfig:"XDS_CLIENT_TLS_CERT" default:""`
 	XDSClientTLSKey  string `envconfig:"XDS_CLIENT_TLS_KEY" default:""`
 	// XDSHeaders are gRPC metadata sent on each xDS stream, as
-	// key:value pairs comma separated (envconfig's map format).
+	// key:value pairs comma separated.
 	XDSHeaders map[string]string `envconfig:"XDS_HEADERS" default:""`
 	// XDSMaxRecvBytes bounds one xDS response; 0 is gRPC's 4 MiB.
 	XDSMaxRecvBytes int `envconfig:"XDS_MAX_RECV_BYTES" default:"0"`

@@ -61,8 +61,28 @@ func parseAs(t reflect.Type, v string) (kind string, err error) {
 	case t.Kind() == reflect.Float64:
 		_, err = strconv.ParseFloat(v, 64)
 		return "a number", err
+	case t.Kind() == reflect.Map:
+		_, err = parsePairs(v)
+		return "comma-separated key:value pairs", err
 	}
 	return "a string", nil
+}
+
+// parsePairs reads "k1:v1,k2:v2" (the first ':' of each pair splits it; a
+// value may hold more); empty is no pairs.
+func parsePairs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, ":")
+		if k = strings.TrimSpace(k); !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key:value", pair)
+		}
+		out[k] = strings.TrimSpace(v)
+	}
+	return out, nil
 }
 
 // validAddr accepts what net.Listen("tcp", addr) takes with a numeric port.
@@ -220,6 +240,10 @@ func setField(field reflect.Value, s string) error {
 	case reflect.Float64:
 		x, err := strconv.ParseFloat(s, 64)
 		field.SetFloat(x)
+		return err
+	case reflect.Map:
+		m, err := parsePairs(s)
+		field.Set(reflect.ValueOf(m))
 		return err
 	default:
 		return fmt.Errorf("unsupported field kind %s", field.Kind())
