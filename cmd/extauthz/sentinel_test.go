@@ -62,6 +62,10 @@ func fallbackCount(t *testing.T, reg *prometheus.Registry) int {
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	s := redistest.NewSentinel(t)
 	cfg := sentinelConfig(t, s)
+	// The subject is the switch to the new master, not the call timeout:
+	// deadlines a loaded machine meets, so that only the failover sends
+	// decisions to the failure mode.
+	cfg.RedisCallTimeout, cfg.RedisReadTimeout, cfg.RedisWriteTimeout = 2*time.Second, time.Second, time.Second
 	reg := prometheus.NewRegistry()
 	var logBuf syncBuffer
 	log := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -122,7 +122,10 @@ func checkGRPCHealth(t *testing.T, addr string) {
 func TestImageStartsAsBinRatelimit(t *testing.T) {
 	t.Parallel()
 	flags := append([]string{"--entrypoint", "/bin/ratelimit", "-e", "EXTAUTHZ_DRAIN_DELAY=0s"}, lockedDown...)
-	c := runImage(t, flags)
+	// Started as ratelimit, it takes envoyproxy/ratelimit's settings and
+	// defaults: gRPC on 8081, HTTP on 8080 with /healthcheck, Envoy
+	// Gateway's probe.
+	c := runImageOn(t, ports{grpc: "8081", http: "8080", ready: "/healthcheck"}, flags)
 	checkGRPCHealth(t, c.grpcAddr)
 }
 

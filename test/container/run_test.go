@@ -33,6 +33,17 @@ type ctr struct {
 // failed), and waits until its /readyz answers 200.
 func runImage(t *testing.T, flags []string, args ...string) *ctr {
 	t.Helper()
+	return runImageOn(t, ports{grpc: "9001", http: "9090", ready: "/readyz"}, flags, args...)
+}
+
+// ports are the container ports a start serves on, and the path that
+// answers 200 once it is ready: extauthz's own, or envoyproxy/ratelimit's
+// when started as /bin/ratelimit (8081, 8080, /healthcheck).
+type ports struct{ grpc, http, ready string }
+
+// runImageOn runs the image as runImage does, on p.
+func runImageOn(t *testing.T, p ports, flags []string, args ...string) *ctr {
+	t.Helper()
 	needImage(t)
 	// Named, and removed by that name, so that a container created but
 	// failing to start is removed too.
@@ -44,11 +55,11 @@ func runImage(t *testing.T, flags []string, args ...string) *ctr {
 		}
 		_, _ = docker(context.Background(), "rm", "-f", c.id)
 	})
-	run := append([]string{"run", "-d", "--name", c.id, "-p", "127.0.0.1::9001", "-p", "127.0.0.1::9090"}, flags...)
+	run := append([]string{"run", "-d", "--name", c.id, "-p", "127.0.0.1::" + p.grpc, "-p", "127.0.0.1::" + p.http}, flags...)
 	mustDocker(t, append(append(run, image.name), args...)...)
-	c.grpcAddr = hostPort(t, c.id, "9001/tcp")
-	c.httpAddr = hostPort(t, c.id, "9090/tcp")
-	if err := waitOK("http://"+c.httpAddr+"/readyz", 60*time.Second); err != nil {
+	c.grpcAddr = hostPort(t, c.id, p.grpc+"/tcp")
+	c.httpAddr = hostPort(t, c.id, p.http+"/tcp")
+	if err := waitOK("http://"+c.httpAddr+p.ready, 60*time.Second); err != nil {
 		t.Fatalf("container %s: %v", c.id, err)
 	}
 	return c
