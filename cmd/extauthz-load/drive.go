@@ -10,7 +10,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // tally is one worker's results; merged after the run, so no locking.
@@ -55,7 +54,11 @@ func newCaller(cfg config) (caller, func(), error) {
 	if cfg.client == clientH2 {
 		return newH2Caller(cfg)
 	}
-	conn, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := cfg.tls.transportCredentials()
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial %s: %w", cfg.addr, err)
 	}

@@ -19,6 +19,10 @@
 // and -keys 10000 spreads the load:
 //
 //	extauthz-load -addr 127.0.0.1:9001 -domain bench -concurrency 64 -duration 10s -keys 10000
+//
+// -tls-ca turns on TLS for the grpc client (verifying the server against
+// that CA, by -tls-server-name if given); -tls-cert and -tls-key add a
+// client certificate for mTLS. -addr may be unix:///path for a socket.
 package main
 
 import (
@@ -80,6 +84,7 @@ type config struct {
 	client      string
 	path        string
 	jsonOut     bool
+	tls         tlsFlags
 }
 
 func parseFlags(args []string) (config, error) {
@@ -100,6 +105,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.client, "client", clientGRPC, "grpc: the grpc-go client; h2: a lean gRPC-over-HTTP/2 client that batches writes, as Envoy does")
 	fs.StringVar(&c.path, "path", "/bench", "request path for -api authz")
 	fs.BoolVar(&c.jsonOut, "json", false, "print one JSON object instead of text")
+	fs.StringVar(&c.tls.ca, "tls-ca", "", "PEM CA bundle that verifies the server; turns on TLS (-client grpc only)")
+	fs.StringVar(&c.tls.cert, "tls-cert", "", "PEM client certificate presented for mTLS (with -tls-key)")
+	fs.StringVar(&c.tls.key, "tls-key", "", "PEM key of -tls-cert")
+	fs.StringVar(&c.tls.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of -addr)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -124,6 +133,8 @@ func parseFlags(args []string) (config, error) {
 		err = errors.New("-timeout must be positive")
 	case c.keyName == "" || c.domain == "":
 		err = errors.New("-key and -domain must not be empty")
+	default:
+		err = c.tls.check(c.client)
 	}
 	return c, err
 }
