@@ -61,6 +61,9 @@ func parseAs(t reflect.Type, v string) (kind string, err error) {
 	case t.Kind() == reflect.Float64:
 		_, err = strconv.ParseFloat(v, 64)
 		return "a number", err
+	case t.Kind() == reflect.Map:
+		_, err = parsePairs(v)
+		return "key:value pairs, comma separated", err
 	}
 	return "a string", nil
 }
@@ -221,8 +224,32 @@ func setField(field reflect.Value, s string) error {
 		x, err := strconv.ParseFloat(s, 64)
 		field.SetFloat(x)
 		return err
+	case reflect.Map: // map[string]string, EXTAUTHZ_XDS_HEADERS
+		m, err := parsePairs(s)
+		field.Set(reflect.ValueOf(m))
+		return err
 	default:
 		return fmt.Errorf("unsupported field kind %s", field.Kind())
 	}
 	return nil
+}
+
+// parsePairs reads envconfig's map form, key:value,key:value (the value
+// may hold ':'); empty is no pairs (nil).
+func parsePairs(s string) (map[string]string, error) {
+	var m map[string]string
+	for _, pair := range strings.Split(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("%q is not key:value", pair)
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return m, nil
 }
