@@ -118,11 +118,13 @@ func checkGRPCHealth(t *testing.T, addr string) {
 }
 
 // TestImageStartsAsBinRatelimit starts the image with the command Envoy
-// Gateway gives its rate limit container, /bin/ratelimit: it serves.
+// Gateway gives its rate limit container, /bin/ratelimit: it serves on the
+// peer's ports, gRPC on 8081 and /healthcheck on 8080, where Envoy Gateway
+// sends its traffic and probes.
 func TestImageStartsAsBinRatelimit(t *testing.T) {
 	t.Parallel()
 	flags := append([]string{"--entrypoint", "/bin/ratelimit", "-e", "EXTAUTHZ_DRAIN_DELAY=0s"}, lockedDown...)
-	c := runImage(t, flags)
+	c := runImageOn(t, "8081", "8080", "/healthcheck", flags)
 	checkGRPCHealth(t, c.grpcAddr)
 }
 

@@ -24,7 +24,8 @@ var containers atomic.Int64
 type ctr struct {
 	// id is the container's name.
 	id string
-	// grpcAddr and httpAddr are the host addresses of ports 9001 and 9090.
+	// grpcAddr and httpAddr are the host addresses of its gRPC and HTTP
+	// ports (9001 and 9090 unless runImageOn says otherwise).
 	grpcAddr, httpAddr string
 }
 
@@ -32,6 +33,14 @@ type ctr struct {
 // (after it), removes it when the test ends (printing its log if the test
 // failed), and waits until its /readyz answers 200.
 func runImage(t *testing.T, flags []string, args ...string) *ctr {
+	t.Helper()
+	return runImageOn(t, "9001", "9090", "/readyz", flags, args...)
+}
+
+// runImageOn is runImage for a container listening on grpcPort and
+// httpPort (as /bin/ratelimit does, on the peer's 8081 and 8080), ready
+// when readyPath answers 200.
+func runImageOn(t *testing.T, grpcPort, httpPort, readyPath string, flags []string, args ...string) *ctr {
 	t.Helper()
 	needImage(t)
 	// Named, and removed by that name, so that a container created but
@@ -44,11 +53,11 @@ func runImage(t *testing.T, flags []string, args ...string) *ctr {
 		}
 		_, _ = docker(context.Background(), "rm", "-f", c.id)
 	})
-	run := append([]string{"run", "-d", "--name", c.id, "-p", "127.0.0.1::9001", "-p", "127.0.0.1::9090"}, flags...)
+	run := append([]string{"run", "-d", "--name", c.id, "-p", "127.0.0.1::" + grpcPort, "-p", "127.0.0.1::" + httpPort}, flags...)
 	mustDocker(t, append(append(run, image.name), args...)...)
-	c.grpcAddr = hostPort(t, c.id, "9001/tcp")
-	c.httpAddr = hostPort(t, c.id, "9090/tcp")
-	if err := waitOK("http://"+c.httpAddr+"/readyz", 60*time.Second); err != nil {
+	c.grpcAddr = hostPort(t, c.id, grpcPort+"/tcp")
+	c.httpAddr = hostPort(t, c.id, httpPort+"/tcp")
+	if err := waitOK("http://"+c.httpAddr+readyPath, 60*time.Second); err != nil {
 		t.Fatalf("container %s: %v", c.id, err)
 	}
 	return c
