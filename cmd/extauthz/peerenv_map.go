@@ -87,12 +87,7 @@ var peerMappings = []peerMapping{
 	// Limits over xDS: the variables the peer reads with
 	// CONFIG_TYPE=GRPC_XDS_SOTW, set only then (as the peer ignores them
 	// otherwise), with the peer's defaults where ours differ.
-	{[]string{"CONFIG_TYPE"}, []string{"POLICY_SOURCE"}, func(p peerLookup) (map[string]string, error) {
-		if !overXDS(p) {
-			return nil, nil
-		}
-		return map[string]string{"POLICY_SOURCE": "xds"}, nil
-	}},
+	{[]string{"CONFIG_TYPE"}, []string{"POLICY_SOURCE"}, peerPolicySource},
 	xdsVar("CONFIG_GRPC_XDS_SERVER_URL", "XDS_SERVER_URL", "localhost:18000"),
 	xdsVar("CONFIG_GRPC_XDS_NODE_ID", "XDS_NODE_ID", "default"),
 	{[]string{"CONFIG_GRPC_XDS_NODE_METADATA"}, []string{"XDS_NODE_METADATA"}, peerNodeMetadata},
@@ -213,12 +208,22 @@ func peerLogLevel(p peerLookup) (map[string]string, error) {
 // peerPolicyDir: with CONFIG_TYPE=FILE the peer reads its limits from
 // $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY.
 func peerPolicyDir(p peerLookup) (map[string]string, error) {
+	if !strings.EqualFold(p.or("CONFIG_TYPE", "FILE"), "FILE") {
+		return nil, nil // xDS, or refused by peerPolicySource
+	}
+	return map[string]string{"CONFIG": filepath.Join(p.or("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		p.or("RUNTIME_SUBDIRECTORY", ""), p.or("RUNTIME_APPDIRECTORY", "config"))}, nil
+}
+
+// peerPolicySource checks CONFIG_TYPE here rather than in peerPolicyDir,
+// which the image's own EXTAUTHZ_CONFIG skips: a bad value must refuse
+// in the image too.
+func peerPolicySource(p peerLookup) (map[string]string, error) {
 	switch t := p.or("CONFIG_TYPE", "FILE"); strings.ToUpper(t) {
 	case "FILE":
-		return map[string]string{"CONFIG": filepath.Join(p.or("RUNTIME_ROOT", "/srv/runtime_data/current"),
-			p.or("RUNTIME_SUBDIRECTORY", ""), p.or("RUNTIME_APPDIRECTORY", "config"))}, nil
+		return nil, nil
 	case "GRPC_XDS_SOTW":
-		return nil, nil // the xdsVar rows
+		return map[string]string{"POLICY_SOURCE": "xds"}, nil
 	default:
 		return nil, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", t)
 	}

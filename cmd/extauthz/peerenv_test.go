@@ -204,20 +204,22 @@ func TestPeerSettingsRefuse(t *testing.T) {
 		env  map[string]string
 		line string
 	}{
-		"memcache":                {map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache": refused: `},
-		"a second Redis":          {map[string]string{"REDIS_PERSECOND": "true"}, `REDIS_PERSECOND="true": refused: `},
-		"Redis client cert":       {map[string]string{"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"}, `REDIS_TLS_CLIENT_CERT="/redis-certs/tls.crt": refused: `},
-		"node metadata":           {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "a:1,lonely"}, `CONFIG_GRPC_XDS_NODE_METADATA="a:1,lonely": want key:value or key=value pairs`},
-		"xDS message size":        {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1024"}, `EXTAUTHZ_XDS_MAX_RECV_BYTES=1024: want 0 (gRPC's 4 MiB) or 65536 to 1073741824 (from envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)`},
-		"unknown config type":     {map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
-		"Redis socket by default": {map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_SOCKET_TYPE="unix" (unix is the peer's default)`},
-		"unknown Redis type":      {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TYPE": "ring"}, `REDIS_TYPE="ring": want SINGLE, CLUSTER or SENTINEL`},
-		"two hosts, single":       {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2"}, `REDIS_URL="a:1,b:2": want one host:port`},
-		"sentinel user":           {map[string]string{"REDIS_SENTINEL_AUTH": "u:p"}, "REDIS_SENTINEL_AUTH=(redacted): a sentinel user"},
-		"bad port":                {map[string]string{"GRPC_PORT": "grpc"}, `GRPC_PORT="grpc": want a port 0-65535`},
-		"bad flag":                {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1", "REDIS_TLS": "yes"}, `REDIS_TLS="yes": want true or false`},
-		"bad level":               {map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL="loud": want trace, debug`},
-		"bad cache size":          {map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, `LOCAL_CACHE_SIZE_IN_BYTES="-1": want 0`},
+		"memcache":            {map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache": refused: `},
+		"a second Redis":      {map[string]string{"REDIS_PERSECOND": "true"}, `REDIS_PERSECOND="true": refused: `},
+		"Redis client cert":   {map[string]string{"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"}, `REDIS_TLS_CLIENT_CERT="/redis-certs/tls.crt": refused: `},
+		"node metadata":       {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "a:1,lonely"}, `CONFIG_GRPC_XDS_NODE_METADATA="a:1,lonely": want key:value or key=value pairs`},
+		"xDS message size":    {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1024"}, `EXTAUTHZ_XDS_MAX_RECV_BYTES=1024: want 0 (gRPC's 4 MiB) or 65536 to 1073741824 (from envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)`},
+		"unknown config type": {map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
+		// The image sets EXTAUTHZ_CONFIG; the check must not hang on the directory mapping it overrides.
+		"unknown config type in the image": {map[string]string{"CONFIG_TYPE": "CONSUL", "EXTAUTHZ_CONFIG": "/etc/extauthz/policy"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
+		"Redis socket by default":          {map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_SOCKET_TYPE="unix" (unix is the peer's default)`},
+		"unknown Redis type":               {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TYPE": "ring"}, `REDIS_TYPE="ring": want SINGLE, CLUSTER or SENTINEL`},
+		"two hosts, single":                {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2"}, `REDIS_URL="a:1,b:2": want one host:port`},
+		"sentinel user":                    {map[string]string{"REDIS_SENTINEL_AUTH": "u:p"}, "REDIS_SENTINEL_AUTH=(redacted): a sentinel user"},
+		"bad port":                         {map[string]string{"GRPC_PORT": "grpc"}, `GRPC_PORT="grpc": want a port 0-65535`},
+		"bad flag":                         {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1", "REDIS_TLS": "yes"}, `REDIS_TLS="yes": want true or false`},
+		"bad level":                        {map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL="loud": want trace, debug`},
+		"bad cache size":                   {map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, `LOCAL_CACHE_SIZE_IN_BYTES="-1": want 0`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
