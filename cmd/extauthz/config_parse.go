@@ -63,26 +63,9 @@ func parseAs(t reflect.Type, v string) (kind string, err error) {
 		return "a number", err
 	case t.Kind() == reflect.Map:
 		_, err = parsePairs(v)
-		return "comma-separated key:value pairs", err
+		return "key:value pairs, comma separated", err
 	}
 	return "a string", nil
-}
-
-// parsePairs reads "k1:v1,k2:v2" (the first ':' of each pair splits it; a
-// value may hold more); empty is no pairs.
-func parsePairs(s string) (map[string]string, error) {
-	out := map[string]string{}
-	if strings.TrimSpace(s) == "" {
-		return out, nil
-	}
-	for _, pair := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(pair, ":")
-		if k = strings.TrimSpace(k); !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key:value", pair)
-		}
-		out[k] = strings.TrimSpace(v)
-	}
-	return out, nil
 }
 
 // validAddr accepts what net.Listen("tcp", addr) takes with a numeric port.
@@ -241,7 +224,7 @@ func setField(field reflect.Value, s string) error {
 		x, err := strconv.ParseFloat(s, 64)
 		field.SetFloat(x)
 		return err
-	case reflect.Map:
+	case reflect.Map: // map[string]string, EXTAUTHZ_XDS_HEADERS
 		m, err := parsePairs(s)
 		field.Set(reflect.ValueOf(m))
 		return err
@@ -249,4 +232,24 @@ func setField(field reflect.Value, s string) error {
 		return fmt.Errorf("unsupported field kind %s", field.Kind())
 	}
 	return nil
+}
+
+// parsePairs reads envconfig's map form, key:value,key:value (the value
+// may hold ':'); empty is no pairs (nil).
+func parsePairs(s string) (map[string]string, error) {
+	var m map[string]string
+	for _, pair := range strings.Split(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("%q is not key:value", pair)
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return m, nil
 }

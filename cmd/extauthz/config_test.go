@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -111,5 +112,23 @@ func TestAllotmentMaxSlicesDefault(t *testing.T) {
 	}
 	if cfg.AllotmentMaxSlices == cfg.MemoryMaxKeys {
 		t.Errorf("the slices' bound equals EXTAUTHZ_MEMORY_MAX_KEYS's default (%d): still fed from it?", cfg.MemoryMaxKeys)
+	}
+}
+
+// EXTAUTHZ_XDS_HEADERS, the one map, reads envconfig's key:value,key:value;
+// a pair without ':' is one line naming the variable.
+func TestReadEnvMap(t *testing.T) {
+	t.Parallel()
+	var cfg Config
+	env := map[string]string{"EXTAUTHZ_XDS_HEADERS": "x-token:a:b, x-tenant:t1"}
+	if err := readEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"x-token": "a:b", "x-tenant": "t1"}; !reflect.DeepEqual(cfg.XDSHeaders, want) {
+		t.Errorf("XDSHeaders = %v, want %v", cfg.XDSHeaders, want)
+	}
+	err := parseErrors(func(k string) (string, bool) { return "x-token", k == "EXTAUTHZ_XDS_HEADERS" })
+	if err == nil || !strings.HasPrefix(err.Error(), `EXTAUTHZ_XDS_HEADERS="x-token": not key:value pairs`) {
+		t.Errorf("a pair without ':': %v", err)
 	}
 }

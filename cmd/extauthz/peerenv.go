@@ -28,14 +28,10 @@ const (
 	// peerRefused would change decisions if ignored: set (to other than a
 	// harmless value), extauthz refuses to start with one line.
 	peerRefused peerClass = "refused"
-	// peerXDS belongs to limits over xDS (CONFIG_TYPE=GRPC_XDS_SOTW), refused
-	// until this build has the xDS client (xdsInThisBuild).
+	// peerXDS is mapped as peerMapped, but read only with
+	// CONFIG_TYPE=GRPC_XDS_SOTW, as the peer reads it.
 	peerXDS peerClass = "xDS"
 )
-
-// xdsInThisBuild turns on the xDS rows' mapping (xdsVar) once the
-// xDS client and its EXTAUTHZ_POLICY_SOURCE, EXTAUTHZ_XDS_* variables exist.
-const xdsInThisBuild = false
 
 // peerMarkers are peer-only names whose presence means "configured as the
 // peer" even when the binary is not started as ratelimit. Generic names

@@ -85,21 +85,22 @@ var peerMappings = []peerMapping{
 	{[]string{"LOG_LEVEL"}, []string{"LOG_LEVEL"}, peerLogLevel},
 	{[]string{"CONFIG_TYPE", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, []string{"CONFIG"}, peerPolicyDir},
 	// Limits over xDS: the variables the peer reads with
-	// CONFIG_TYPE=GRPC_XDS_SOTW, set only then and only when this build has
-	// the xDS client (xdsInThisBuild); until then peerPolicyDir refuses.
-	{[]string{"CONFIG_TYPE"}, []string{"POLICY_SOURCE"}, func(p peerLookup) (map[string]string, error) {
-		if !overXDS(p) {
-			return nil, nil
-		}
-		return map[string]string{"POLICY_SOURCE": "xds"}, nil
-	}},
+	// CONFIG_TYPE=GRPC_XDS_SOTW, set only then (as the peer ignores them
+	// otherwise), with the peer's defaults where ours differ.
+	{[]string{"CONFIG_TYPE"}, []string{"POLICY_SOURCE"}, peerPolicySource},
 	xdsVar("CONFIG_GRPC_XDS_SERVER_URL", "XDS_SERVER_URL", "localhost:18000"),
 	xdsVar("CONFIG_GRPC_XDS_NODE_ID", "XDS_NODE_ID", "default"),
-	xdsVar("CONFIG_GRPC_XDS_SERVER_USE_TLS", "XDS_SERVER_USE_TLS", "false"),
+	{[]string{"CONFIG_GRPC_XDS_NODE_METADATA"}, []string{"XDS_NODE_METADATA"}, peerNodeMetadata},
+	xdsVar("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "XDS_HEADERS", ""), // the same key:value,key:value form
+	xdsVar("CONFIG_GRPC_XDS_SERVER_USE_TLS", "XDS_SERVER_USE_TLS", ""),
 	xdsVar("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "XDS_CLIENT_TLS_CERT", ""),
 	xdsVar("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "XDS_CLIENT_TLS_KEY", ""),
 	xdsVar("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "XDS_SERVER_TLS_CA", ""),
-	xdsVar("FORCE_START_WITHOUT_INITIAL_CONFIG", "XDS_FORCE_START", "false"),
+	xdsVar("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_SERVER_TLS_SAN", ""),
+	xdsVar("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "XDS_MAX_RECV_BYTES", ""),
+	xdsVar("FORCE_START_WITHOUT_INITIAL_CONFIG", "XDS_FORCE_START", ""),
+	{[]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL"},
+		[]string{"XDS_BACKOFF_MIN", "XDS_BACKOFF_MAX"}, peerXDSBackoff},
 	{[]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"}, []string{"METRICS_ADDR"}, func(p peerLookup) (map[string]string, error) {
 		on, err := p.flag("USE_PROMETHEUS")
 		if !on || err != nil {
@@ -207,36 +208,80 @@ func peerLogLevel(p peerLookup) (map[string]string, error) {
 // peerPolicyDir: with CONFIG_TYPE=FILE the peer reads its limits from
 // $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY.
 func peerPolicyDir(p peerLookup) (map[string]string, error) {
+	if !strings.EqualFold(p.or("CONFIG_TYPE", "FILE"), "FILE") {
+		return nil, nil // xDS, or refused by peerPolicySource
+	}
+	return map[string]string{"CONFIG": filepath.Join(p.or("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		p.or("RUNTIME_SUBDIRECTORY", ""), p.or("RUNTIME_APPDIRECTORY", "config"))}, nil
+}
+
+// peerPolicySource checks CONFIG_TYPE here rather than in peerPolicyDir,
+// which the image's own EXTAUTHZ_CONFIG skips: a bad value must refuse
+// in the image too.
+func peerPolicySource(p peerLookup) (map[string]string, error) {
 	switch t := p.or("CONFIG_TYPE", "FILE"); strings.ToUpper(t) {
 	case "FILE":
-		return map[string]string{"CONFIG": filepath.Join(p.or("RUNTIME_ROOT", "/srv/runtime_data/current"),
-			p.or("RUNTIME_SUBDIRECTORY", ""), p.or("RUNTIME_APPDIRECTORY", "config"))}, nil
+		return nil, nil
 	case "GRPC_XDS_SOTW":
-		if !xdsInThisBuild {
-			return nil, errors.New("CONFIG_TYPE=GRPC_XDS_SOTW: limits over xDS are not in this build yet; " +
-				"set CONFIG_TYPE=FILE with the limits in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY, or EXTAUTHZ_CONFIG")
-		}
-		return nil, nil // the xdsVar rows
+		return map[string]string{"POLICY_SOURCE": "xds"}, nil
 	default:
 		return nil, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", t)
 	}
 }
 
-// xdsVar maps one of the peer's xDS variables, with the peer's default,
-// when the limits come over xDS. With xdsInThisBuild these rows, the
-// peerXDS rows' class and docs/reference.md's table are what to switch on.
+// xdsVar maps one of the peer's xDS variables when the limits come over
+// xDS: its value, else def (the peer's default where it differs from
+// ours), else nothing.
 func xdsVar(from, to, def string) peerMapping {
 	return peerMapping{[]string{from}, []string{to}, func(p peerLookup) (map[string]string, error) {
 		if !overXDS(p) {
 			return nil, nil
 		}
-		return map[string]string{to: p.or(from, def)}, nil
+		return setOnly(to, p.or(from, def)), nil
 	}}
 }
 
-// overXDS: the limits come over xDS, and this build has the client.
+// overXDS: the limits come over xDS.
 func overXDS(p peerLookup) bool {
-	return xdsInThisBuild && strings.EqualFold(p.or("CONFIG_TYPE", "FILE"), "GRPC_XDS_SOTW")
+	return strings.EqualFold(p.or("CONFIG_TYPE", "FILE"), "GRPC_XDS_SOTW")
+}
+
+// peerNodeMetadata: the peer takes key:value or key=value pairs
+// ("key1:val1,key2=val2"); ours, key=value.
+func peerNodeMetadata(p peerLookup) (map[string]string, error) {
+	v, ok := p("CONFIG_GRPC_XDS_NODE_METADATA")
+	if !ok || !overXDS(p) {
+		return nil, nil
+	}
+	var pairs []string
+	for _, kv := range splitList(v) {
+		sep := strings.IndexAny(kv, "=:")
+		if sep <= 0 {
+			return nil, fmt.Errorf("CONFIG_GRPC_XDS_NODE_METADATA=%q: want key:value or key=value pairs, comma separated", v)
+		}
+		pairs = append(pairs, strings.TrimSpace(kv[:sep])+"="+strings.TrimSpace(kv[sep+1:]))
+	}
+	return setOnly("XDS_NODE_METADATA", strings.Join(pairs, ",")), nil
+}
+
+// peerXDSBackoff: the peer retries its first connection every
+// CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL and its stream with a
+// backoff from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL up to _MAX_INTERVAL
+// (60s by default); ours is one backoff for both. Either first pause given
+// sets ours, with the peer's longest (a first pause above our 30s default
+// would otherwise refuse to start).
+func peerXDSBackoff(p peerLookup) (map[string]string, error) {
+	if !overXDS(p) {
+		return nil, nil
+	}
+	out := map[string]string{}
+	if v := p.or("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", p.or("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "")); v != "" {
+		out["XDS_BACKOFF_MIN"], out["XDS_BACKOFF_MAX"] = v, "60s"
+	}
+	if v, ok := p("XDS_CLIENT_BACKOFF_MAX_INTERVAL"); ok {
+		out["XDS_BACKOFF_MAX"] = v
+	}
+	return out, nil
 }
 
 // peerRedis builds our Redis URL from the peer's host:port form (a list

@@ -113,6 +113,37 @@ func TestPeerSettingsTranslate(t *testing.T) {
 		{"tracing over gRPC to the SDK's default", "ratelimit", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc"},
 			func(c *Config) { peerListen(c); c.OTLPEndpoint, c.OTLPProtocol = "http://localhost:4317", "grpc" }},
 		{"OTEL_EXPORTER_OTLP_ENDPOINT without TRACING_ENABLED", "ratelimit", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318"}, peerListen},
+		{"limits over xDS as Envoy Gateway sets them", "ratelimit",
+			map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
+				"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": cert,
+				"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": key, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": ca, "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
+			func(c *Config) {
+				c.GRPCAddr, c.HTTPAddr, c.PolicySource, c.XDSServerURL, c.XDSNodeID = "0.0.0.0:8081", "0.0.0.0:8080", "xds", "envoy-gateway:18001", "envoy-ratelimit"
+				c.XDSServerUseTLS, c.XDSClientTLSCert, c.XDSClientTLSKey, c.XDSServerTLSCA, c.XDSForceStart = true, cert, key, ca, true
+			}},
+		{"limits over xDS with the peer's defaults", "ratelimit", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw"},
+			func(c *Config) {
+				c.GRPCAddr, c.HTTPAddr, c.PolicySource, c.XDSServerURL, c.XDSNodeID = "0.0.0.0:8081", "0.0.0.0:8080", "xds", "localhost:18000", "default"
+			}},
+		{"the peer's other xDS settings", "ratelimit",
+			map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone:eu-1, team=edge", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+				"CONFIG_GRPC_XDS_SERVER_TLS_SAN": "envoy-gateway.ns", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token:abc,x-tenant:t1",
+				"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "8388608", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"},
+			func(c *Config) {
+				c.GRPCAddr, c.HTTPAddr, c.PolicySource, c.XDSServerURL, c.XDSNodeID = "0.0.0.0:8081", "0.0.0.0:8080", "xds", "localhost:18000", "default"
+				c.XDSNodeMetadata, c.XDSServerUseTLS, c.XDSServerTLSSAN = "zone=eu-1,team=edge", true, "envoy-gateway.ns"
+				c.XDSHeaders, c.XDSMaxRecvBytes = map[string]string{"x-token": "abc", "x-tenant": "t1"}, 8388608
+				c.XDSBackoffMin, c.XDSBackoffMax = 2*time.Second, 20*time.Second
+			}},
+		{"the connect retry interval, with the peer's longest backoff", "ratelimit",
+			map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "45s"},
+			func(c *Config) {
+				c.GRPCAddr, c.HTTPAddr, c.PolicySource, c.XDSServerURL, c.XDSNodeID = "0.0.0.0:8081", "0.0.0.0:8080", "xds", "localhost:18000", "default"
+				c.XDSBackoffMin, c.XDSBackoffMax = 45*time.Second, 60*time.Second
+			}},
+		{"xDS variables without CONFIG_TYPE=GRPC_XDS_SOTW are the peer's no-op", "ratelimit",
+			map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
+			peerListen},
 		{"our names win", "ratelimit",
 			map[string]string{"GRPC_PORT": "5", "EXTAUTHZ_GRPC_ADDR": "127.0.0.1:1", "LOG_LEVEL": "error", "EXTAUTHZ_LOG_LEVEL": "debug",
 				"REDIS_URL": "no scheme", "EXTAUTHZ_REDIS_URL": "", "EXTAUTHZ_REDIS_CLUSTER": "false",
@@ -145,7 +176,7 @@ func TestPeerSettingsTranslate(t *testing.T) {
 func TestPeerSettingsWarn(t *testing.T) {
 	env := map[string]string{
 		"USE_STATSD": "true", "STATSD_HOST": "statsd", "MEMCACHE_HOST_PORT": "m:11211", "PROMETHEUS_MAPPER_YAML": "/etc/conf.yaml",
-		"GRPC_MAX_CONNECTION_AGE": "1h",
+		"GRPC_MAX_CONNECTION_AGE": "1h", "XDS_CLIENT_BACKOFF_JITTER": "false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.2",
 		// harmless: no line
 		"USE_DOG_STATSD": "false", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true", "PROMETHEUS_PATH": "/metrics",
 		"BACKEND_TYPE": "redis", "REDIS_PERSECOND": "false", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true",
@@ -154,7 +185,8 @@ func TestPeerSettingsWarn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"USE_STATSD", "STATSD_HOST", "MEMCACHE_HOST_PORT", "PROMETHEUS_MAPPER_YAML", "GRPC_MAX_CONNECTION_AGE"}
+	want := []string{"USE_STATSD", "STATSD_HOST", "MEMCACHE_HOST_PORT", "PROMETHEUS_MAPPER_YAML", "GRPC_MAX_CONNECTION_AGE",
+		"XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}
 	if len(warnings) != len(want) {
 		t.Fatalf("warnings %q, want one for each of %v", warnings, want)
 	}
@@ -172,32 +204,23 @@ func TestPeerSettingsRefuse(t *testing.T) {
 		env  map[string]string
 		line string
 	}{
-		"memcache":                {map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache": refused: `},
-		"a second Redis":          {map[string]string{"REDIS_PERSECOND": "true"}, `REDIS_PERSECOND="true": refused: `},
-		"Redis client cert":       {map[string]string{"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"}, `REDIS_TLS_CLIENT_CERT="/redis-certs/tls.crt": refused: `},
-		"xDS not in this build":   {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE=GRPC_XDS_SOTW: limits over xDS are not in this build yet"},
-		"unknown config type":     {map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
-		"Redis socket by default": {map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_SOCKET_TYPE="unix" (unix is the peer's default)`},
-		"unknown Redis type":      {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TYPE": "ring"}, `REDIS_TYPE="ring": want SINGLE, CLUSTER or SENTINEL`},
-		"two hosts, single":       {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2"}, `REDIS_URL="a:1,b:2": want one host:port`},
-		"sentinel user":           {map[string]string{"REDIS_SENTINEL_AUTH": "u:p"}, "REDIS_SENTINEL_AUTH=(redacted): a sentinel user"},
-		"bad port":                {map[string]string{"GRPC_PORT": "grpc"}, `GRPC_PORT="grpc": want a port 0-65535`},
-		"bad flag":                {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1", "REDIS_TLS": "yes"}, `REDIS_TLS="yes": want true or false`},
-		"bad level":               {map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL="loud": want trace, debug`},
-		"bad cache size":          {map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, `LOCAL_CACHE_SIZE_IN_BYTES="-1": want 0`},
+		"memcache":            {map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache": refused: `},
+		"a second Redis":      {map[string]string{"REDIS_PERSECOND": "true"}, `REDIS_PERSECOND="true": refused: `},
+		"Redis client cert":   {map[string]string{"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"}, `REDIS_TLS_CLIENT_CERT="/redis-certs/tls.crt": refused: `},
+		"node metadata":       {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "a:1,lonely"}, `CONFIG_GRPC_XDS_NODE_METADATA="a:1,lonely": want key:value or key=value pairs`},
+		"xDS message size":    {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1024"}, `EXTAUTHZ_XDS_MAX_RECV_BYTES=1024: want 0 (gRPC's 4 MiB) or 65536 to 1073741824 (from envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)`},
+		"unknown config type": {map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
+		// The image sets EXTAUTHZ_CONFIG; the check must not hang on the directory mapping it overrides.
+		"unknown config type in the image": {map[string]string{"CONFIG_TYPE": "CONSUL", "EXTAUTHZ_CONFIG": "/etc/extauthz/policy"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
+		"Redis socket by default":          {map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_SOCKET_TYPE="unix" (unix is the peer's default)`},
+		"unknown Redis type":               {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TYPE": "ring"}, `REDIS_TYPE="ring": want SINGLE, CLUSTER or SENTINEL`},
+		"two hosts, single":                {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2"}, `REDIS_URL="a:1,b:2": want one host:port`},
+		"sentinel user":                    {map[string]string{"REDIS_SENTINEL_AUTH": "u:p"}, "REDIS_SENTINEL_AUTH=(redacted): a sentinel user"},
+		"bad port":                         {map[string]string{"GRPC_PORT": "grpc"}, `GRPC_PORT="grpc": want a port 0-65535`},
+		"bad flag":                         {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1", "REDIS_TLS": "yes"}, `REDIS_TLS="yes": want true or false`},
+		"bad level":                        {map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL="loud": want trace, debug`},
+		"bad cache size":                   {map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, `LOCAL_CACHE_SIZE_IN_BYTES="-1": want 0`},
 	}
-	// Envoy Gateway's whole environment, xDS included: the one line is xDS's.
-	eg := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
-		"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt",
-		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}
-	for _, kv := range envoyGatewayEnv("/", "redis.envoy-gateway-system:6379", ":19001") {
-		k, v, _ := strings.Cut(kv, "=")
-		eg[k] = v
-	}
-	cases["Envoy Gateway's environment"] = struct {
-		env  map[string]string
-		line string
-	}{eg, "CONFIG_TYPE=GRPC_XDS_SOTW: limits over xDS are not in this build yet"}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := loadAs("ratelimit", c.env)

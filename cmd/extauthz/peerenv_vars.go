@@ -31,6 +31,7 @@ const (
 	whyPerSec   = "has no meaning without REDIS_PERSECOND=true, which is refused"
 	whyPipeline = "extauthz coalesces concurrent calls per Redis node itself (EXTAUTHZ_REDIS_MAX_BATCH)"
 	whyStartup  = "extauthz starts without Redis and reports it on /readyz until it answers"
+	whyJitter   = "extauthz spreads each reconnect pause over [d/2, d] itself (EXTAUTHZ_XDS_BACKOFF_MIN, _MAX)"
 	whyHeaders  = "extauthz's rate-limit response headers are the policy's header_style (docs/policy.md)"
 )
 
@@ -68,8 +69,8 @@ var peerVars = []peerVar{
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", class: peerXDS},
 	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", class: peerXDS},
 	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", class: peerXDS},
-	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", class: peerXDS},
-	{name: "XDS_CLIENT_BACKOFF_JITTER", class: peerXDS},
+	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", class: peerWarned, why: whyJitter},
+	{name: "XDS_CLIENT_BACKOFF_JITTER", class: peerWarned, why: whyJitter},
 	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", class: peerXDS},
 	{name: "USE_DOG_STATSD", class: peerWarned, why: whyStatsd, harmless: isFalse},
 	{name: "USE_DOG_STATSD_MOGRIFIERS", class: peerWarned, why: whyStatsd},

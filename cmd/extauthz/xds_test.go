@@ -83,6 +83,12 @@ func (x *xdsServer) stop() {
 // set publishes a snapshot of configs as version.
 func (x *xdsServer) set(t *testing.T, version string, configs ...*rlsconfv3.RateLimitConfig) {
 	t.Helper()
+	x.setFor(t, xdsNode, version, configs...)
+}
+
+// setFor publishes a snapshot of configs as version for the node id node.
+func (x *xdsServer) setFor(t *testing.T, node, version string, configs ...*rlsconfv3.RateLimitConfig) {
+	t.Helper()
 	res := make([]types.Resource, len(configs))
 	for i, c := range configs {
 		res[i] = c
@@ -91,7 +97,7 @@ func (x *xdsServer) set(t *testing.T, version string, configs ...*rlsconfv3.Rate
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := x.cache.SetSnapshot(context.Background(), xdsNode, snap); err != nil {
+	if err := x.cache.SetSnapshot(context.Background(), node, snap); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,6 +111,13 @@ func (x *xdsServer) nacked(substr string) bool {
 		}
 	}
 	return false
+}
+
+// firstNode is the node of the first request, nil before one.
+func (x *xdsServer) firstNode() *corev3.Node {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.node
 }
 
 func (x *xdsServer) acked(version string) bool {

@@ -118,14 +118,13 @@ func checkGRPCHealth(t *testing.T, addr string) {
 }
 
 // TestImageStartsAsBinRatelimit starts the image with the command Envoy
-// Gateway gives its rate limit container, /bin/ratelimit: it serves.
+// Gateway gives its rate limit container, /bin/ratelimit: it serves on the
+// peer's ports, gRPC on 8081 and /healthcheck on 8080, where Envoy Gateway
+// sends its traffic and probes.
 func TestImageStartsAsBinRatelimit(t *testing.T) {
 	t.Parallel()
 	flags := append([]string{"--entrypoint", "/bin/ratelimit", "-e", "EXTAUTHZ_DRAIN_DELAY=0s"}, lockedDown...)
-	// Started as ratelimit, it takes envoyproxy/ratelimit's settings and
-	// defaults: gRPC on 8081, HTTP on 8080 with /healthcheck, Envoy
-	// Gateway's probe.
-	c := runImageOn(t, ports{grpc: "8081", http: "8080", ready: "/healthcheck"}, flags)
+	c := runImageOn(t, "8081", "8080", "/healthcheck", flags)
 	checkGRPCHealth(t, c.grpcAddr)
 }
 

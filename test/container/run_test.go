@@ -24,7 +24,8 @@ var containers atomic.Int64
 type ctr struct {
 	// id is the container's name.
 	id string
-	// grpcAddr and httpAddr are the host addresses of ports 9001 and 9090.
+	// grpcAddr and httpAddr are the host addresses of its gRPC and HTTP
+	// ports (9001 and 9090 unless runImageOn says otherwise).
 	grpcAddr, httpAddr string
 }
 
@@ -33,16 +34,13 @@ type ctr struct {
 // failed), and waits until its /readyz answers 200.
 func runImage(t *testing.T, flags []string, args ...string) *ctr {
 	t.Helper()
-	return runImageOn(t, ports{grpc: "9001", http: "9090", ready: "/readyz"}, flags, args...)
+	return runImageOn(t, "9001", "9090", "/readyz", flags, args...)
 }
 
-// ports are the container ports a start serves on, and the path that
-// answers 200 once it is ready: extauthz's own, or envoyproxy/ratelimit's
-// when started as /bin/ratelimit (8081, 8080, /healthcheck).
-type ports struct{ grpc, http, ready string }
-
-// runImageOn runs the image as runImage does, on p.
-func runImageOn(t *testing.T, p ports, flags []string, args ...string) *ctr {
+// runImageOn is runImage for a container listening on grpcPort and
+// httpPort (as /bin/ratelimit does, on the peer's 8081 and 8080), ready
+// when readyPath answers 200.
+func runImageOn(t *testing.T, grpcPort, httpPort, readyPath string, flags []string, args ...string) *ctr {
 	t.Helper()
 	needImage(t)
 	// Named, and removed by that name, so that a container created but
@@ -55,11 +53,11 @@ func runImageOn(t *testing.T, p ports, flags []string, args ...string) *ctr {
 		}
 		_, _ = docker(context.Background(), "rm", "-f", c.id)
 	})
-	run := append([]string{"run", "-d", "--name", c.id, "-p", "127.0.0.1::" + p.grpc, "-p", "127.0.0.1::" + p.http}, flags...)
+	run := append([]string{"run", "-d", "--name", c.id, "-p", "127.0.0.1::" + grpcPort, "-p", "127.0.0.1::" + httpPort}, flags...)
 	mustDocker(t, append(append(run, image.name), args...)...)
-	c.grpcAddr = hostPort(t, c.id, p.grpc+"/tcp")
-	c.httpAddr = hostPort(t, c.id, p.http+"/tcp")
-	if err := waitOK("http://"+c.httpAddr+p.ready, 60*time.Second); err != nil {
+	c.grpcAddr = hostPort(t, c.id, grpcPort+"/tcp")
+	c.httpAddr = hostPort(t, c.id, httpPort+"/tcp")
+	if err := waitOK("http://"+c.httpAddr+readyPath, 60*time.Second); err != nil {
 		t.Fatalf("container %s: %v", c.id, err)
 	}
 	return c
