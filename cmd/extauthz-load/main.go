@@ -105,10 +105,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.client, "client", clientGRPC, "grpc: the grpc-go client; h2: a lean gRPC-over-HTTP/2 client that batches writes, as Envoy does")
 	fs.StringVar(&c.path, "path", "/bench", "request path for -api authz")
 	fs.BoolVar(&c.jsonOut, "json", false, "print one JSON object instead of text")
-	fs.StringVar(&c.tls.ca, "tls-ca", "", "PEM CA bundle that verifies the server; turns on TLS (-client grpc only)")
-	fs.StringVar(&c.tls.cert, "tls-cert", "", "PEM client certificate presented for mTLS (with -tls-key)")
-	fs.StringVar(&c.tls.key, "tls-key", "", "PEM key of -tls-cert")
-	fs.StringVar(&c.tls.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of -addr)")
+	c.tls.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

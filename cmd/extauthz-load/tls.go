@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 
@@ -60,4 +61,12 @@ func (t tlsFlags) transportCredentials() (credentials.TransportCredentials, erro
 		conf.Certificates = []tls.Certificate{pair}
 	}
 	return credentials.NewTLS(conf), nil
+}
+
+// flags registers the -tls-* flags on fs.
+func (t *tlsFlags) flags(fs *flag.FlagSet) {
+	fs.StringVar(&t.ca, "tls-ca", "", "PEM CA bundle that verifies the server; turns on TLS (-client grpc only)")
+	fs.StringVar(&t.cert, "tls-cert", "", "PEM client certificate presented for mTLS (with -tls-key)")
+	fs.StringVar(&t.key, "tls-key", "", "PEM key of -tls-cert")
+	fs.StringVar(&t.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of -addr)")
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -23,28 +22,5 @@ func TestStrayVariablesDoNotConfigure(t *testing.T) {
 	}
 	if want := defaultConfig(t); !reflect.DeepEqual(cfg, want) {
 		t.Errorf("loadConfig() = %+v\nwant the defaults %+v", cfg, want)
-	}
-}
-
-// TestReadEnvPairs: a map field (EXTAUTHZ_XDS_HEADERS) reads key:value
-// pairs, the first ':' splitting each; a pair without one is refused,
-// naming the variable; unset is no pairs.
-func TestReadEnvPairs(t *testing.T) {
-	t.Parallel()
-	env := func(kv map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
-	}
-	var cfg Config
-	if err := readEnv(env(map[string]string{"EXTAUTHZ_XDS_HEADERS": "x-team: edge, authorization:Bearer a:b"}), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if len(cfg.XDSHeaders) != 2 || cfg.XDSHeaders["x-team"] != "edge" || cfg.XDSHeaders["authorization"] != "Bearer a:b" {
-		t.Errorf("XDSHeaders = %v", cfg.XDSHeaders)
-	}
-	if err := readEnv(env(nil), &cfg); err != nil || len(cfg.XDSHeaders) != 0 {
-		t.Errorf("unset: %v, %v; want no pairs", cfg.XDSHeaders, err)
-	}
-	if err := readEnv(env(map[string]string{"EXTAUTHZ_XDS_HEADERS": "novalue"}), &cfg); err == nil || !strings.Contains(err.Error(), "EXTAUTHZ_XDS_HEADERS") {
-		t.Errorf("a pair without ':': %v, want an error naming EXTAUTHZ_XDS_HEADERS", err)
 	}
 }
