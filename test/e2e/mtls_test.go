@@ -23,7 +23,7 @@ import (
 const envoyClientSAN = "spiffe://cluster.local/ns/edge/sa/front-proxy"
 
 // TestFrontProxyOverMutualTLS runs front-proxy.yaml with the shipped
-// envoy/extauthz-mtls.yaml block on its extauthz cluster, against replicas
+// envoy/fragments/extauthz-mtls.yaml block on its extauthz cluster, against replicas
 // that speak mutual TLS only: RLS, ext_authz and ext_proc decide through
 // it as they do in plaintext (a limit is exact across both replicas, a
 // reply is replayed), Envoy's health checks pass over it, and a client
@@ -63,24 +63,24 @@ func TestFrontProxyOverMutualTLS(t *testing.T) {
 	})
 }
 
-// withClusterTLS adds envoy/extauthz-mtls.yaml's transport_socket to the
+// withClusterTLS adds envoy/fragments/extauthz-mtls.yaml's transport_socket to the
 // named cluster of an Envoy YAML, with its file paths replaced as paths
 // maps them.
 func withClusterTLS(t *testing.T, src []byte, cluster string, paths map[string]string) []byte {
 	t.Helper()
-	block, err := os.ReadFile(filepath.Join(deps.root, "envoy", "extauthz-mtls.yaml"))
+	block, err := os.ReadFile(filepath.Join(deps.root, "envoy", "fragments", "extauthz-mtls.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for from, to := range paths {
 		if !bytes.Contains(block, []byte(from)) {
-			t.Fatalf("envoy/extauthz-mtls.yaml no longer names %s", from)
+			t.Fatalf("envoy/fragments/extauthz-mtls.yaml no longer names %s", from)
 		}
 		block = bytes.ReplaceAll(block, []byte(from), []byte(to))
 	}
 	var tlsBlock map[string]any
 	if err := yaml.Unmarshal(block, &tlsBlock); err != nil {
-		t.Fatalf("envoy/extauthz-mtls.yaml: %v", err)
+		t.Fatalf("envoy/fragments/extauthz-mtls.yaml: %v", err)
 	}
 	var doc map[string]any
 	if err := yaml.Unmarshal(src, &doc); err != nil {

@@ -16,10 +16,14 @@ import (
 )
 
 // The rolling restart tests run the shipped drain: EXTAUTHZ_DRAIN_DELAY at
-// its default, Envoy's health checks and call deadlines as
-// envoy/front-proxy.yaml ships them (stackOpts.shippedDeadlines: what a
-// restart costs is a matter of those timings; a call that times out on a
-// starved machine is counted apart, see finish).
+// its default and Envoy's health checks as envoy/front-proxy.yaml ships
+// them: what a restart costs is a matter of those timings. The call
+// deadlines are the loaded machine's (deadlines_test.go), not the shipped
+// 100-200 ms: a replica going away shows as a reset or a refused
+// connection, never as a timeout, and on a starved machine a shipped
+// deadline fails calls that no restart touched (an ext_authz call that
+// times out is a 503 on a fail-closed route). finish still counts RLS calls
+// that timed out apart.
 const (
 	// loadRate is the paced request rate through Envoy.
 	loadRate = 400
@@ -37,7 +41,7 @@ const (
 // open; see finish).
 func TestRollingRestartSameAddress(t *testing.T) {
 	// Not parallel: the load needs the machine to itself.
-	s := newStack(t, stackOpts{env: rollingEnv(t), shippedDeadlines: true})
+	s := newStack(t, stackOpts{env: rollingEnv(t)})
 	l := startLoad(t, s)
 	for i := range s.replicas {
 		old := s.replicas[i]
@@ -55,7 +59,7 @@ func TestRollingRestartSameAddress(t *testing.T) {
 // Envoy's cluster holds exactly the new replicas.
 func TestRollingRestartNewAddress(t *testing.T) {
 	// Not parallel: the load needs the machine to itself.
-	s := newStack(t, stackOpts{eds: true, env: rollingEnv(t), shippedDeadlines: true})
+	s := newStack(t, stackOpts{eds: true, env: rollingEnv(t)})
 	l := startLoad(t, s)
 	for i := range s.replicas {
 		old := s.replicas[i]
