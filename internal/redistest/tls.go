@@ -1,20 +1,13 @@
 package redistest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/extauthz/extauthz/internal/testpki"
 )
 
 // tlsFiles are a test CA and a server certificate for 127.0.0.1 signed by it.
@@ -28,10 +21,7 @@ type tlsFiles struct {
 func StandaloneTLS(tb testing.TB) *Server {
 	tb.Helper()
 	bin := findBin(tb, "REDIS_SERVER_BIN", "redis-server")
-	tf, err := newTLSFiles(tb.TempDir())
-	if err != nil {
-		tb.Fatalf("redistest: certificates: %v", err)
-	}
+	tf := newTLSFiles(tb, tb.TempDir())
 	s := newServerTLS(tb, bin, nil, tf, "")
 	tb.Cleanup(s.Stop)
 	return s
@@ -63,53 +53,10 @@ func (tf *tlsFiles) clientConfig() *tls.Config {
 	return &tls.Config{RootCAs: tf.pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
 
-func newTLSFiles(dir string) (*tlsFiles, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redistest CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(srvKey)
-	if err != nil {
-		return nil, err
-	}
-	tf := &tlsFiles{ca: filepath.Join(dir, "ca.pem"), cert: filepath.Join(dir, "server.pem"), key: filepath.Join(dir, "server.key"), pool: x509.NewCertPool()}
-	tf.pool.AddCert(caCert)
-	for path, block := range map[string]*pem.Block{
-		tf.ca:   {Type: "CERTIFICATE", Bytes: caDER},
-		tf.cert: {Type: "CERTIFICATE", Bytes: srvDER},
-		tf.key:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			return nil, err
-		}
-	}
-	return tf, nil
+// newTLSFiles makes a CA and a server certificate for 127.0.0.1 in dir.
+func newTLSFiles(tb testing.TB, dir string) *tlsFiles {
+	tb.Helper()
+	ca := testpki.NewCA(tb, "redistest CA")
+	cert, key := ca.Issue(tb, testpki.Options{CommonName: "127.0.0.1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true}).WriteFiles(tb, dir, "server")
+	return &tlsFiles{ca: ca.WriteFile(tb, dir, "ca.pem"), cert: cert, key: key, pool: ca.Pool()}
 }
