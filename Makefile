@@ -15,8 +15,10 @@ BENCH      ?= .
 # run` of the pinned image (E2E_ENVOY=docker): limits exact across two
 # replicas, an idempotent replay, a replica restart under load.
 E2E_DOCKER_RUN ?= ^(TestFrontProxy|TestRollingRestartSameAddress|TestEnvoyDockerRunMatchesDocs)$$/^(ratelimit|idempotency)$$
-# Nested modules (each with its own go.mod) that ./... does not reach.
-SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' | sort))
+# Nested modules (each with its own go.mod) that ./... does not reach; not
+# the tools scripts/test-deps.sh builds under .cache/ (kube-apiserver's
+# build module among them).
+SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' -not -path './.cache/*' | sort))
 LDFLAGS    := -X main.version=$(VERSION)
 # The linter, pinned; `make lint` builds it into .cache/ (gitignored) once.
 GOLANGCI_LINT_VERSION := v2.15.0
