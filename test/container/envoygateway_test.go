@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,20 +59,6 @@ func TestImageAsEnvoyGatewaysRatelimit(t *testing.T) {
 	xdsAddr := serveEGSnapshot(t, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12,
 		Certificates: []tls.Certificate{controller}, ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}))
 	redis := redistest.Standalone(t)
-	grpcPort, httpPort, promPort := freePort(t), freePort(t), freePort(t)
-	env := []string{
-		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
-		"LOG_LEVEL=info", "USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + xdsAddr,
-		"CONFIG_GRPC_XDS_NODE_ID=" + egNode, "GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=/certs/tls.crt",
-		"GRPC_SERVER_TLS_KEY=/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
-		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=/certs/tls.key",
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr,
-		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(promPort), "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
-		// Envoy Gateway's ports are 8081 and 8080; on the host's network a
-		// test takes free ones.
-		"GRPC_PORT=" + strconv.Itoa(grpcPort), "PORT=" + strconv.Itoa(httpPort),
-	}
 	c := &ctr{id: "extauthz-test-eg-" + strconv.Itoa(os.Getpid())}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -80,16 +67,43 @@ func TestImageAsEnvoyGatewaysRatelimit(t *testing.T) {
 		}
 		_, _ = docker(context.Background(), "rm", "-f", c.id)
 	})
-	run := []string{"run", "-d", "--name", c.id, "--network", "host", "--entrypoint", "/bin/ratelimit",
-		"--user", "65534:65534", "-v", certs + ":/certs:ro"}
-	run = append(run, lockedDown...)
-	for _, kv := range env {
-		run = append(run, "-e", kv)
-	}
-	mustDocker(t, append(run, image.name)...)
-
-	if err := waitOK("http://127.0.0.1:"+strconv.Itoa(httpPort)+"/healthcheck", 60*time.Second); err != nil {
-		t.Fatal(err)
+	// On the host's network the ports are free ones picked before the
+	// container binds them: another test may take one meanwhile, so a start
+	// that lost that race is tried again on new ports.
+	var grpcPort, httpPort int
+	for attempt := 1; ; attempt++ {
+		var promPort int
+		grpcPort, httpPort, promPort = freePort(t), freePort(t), freePort(t)
+		env := []string{
+			"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+			"LOG_LEVEL=info", "USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + xdsAddr,
+			"CONFIG_GRPC_XDS_NODE_ID=" + egNode, "GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=/certs/tls.crt",
+			"GRPC_SERVER_TLS_KEY=/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=/certs/tls.key",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr,
+			"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(promPort), "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
+			// Envoy Gateway's ports are 8081 and 8080; on the host's network a
+			// test takes free ones.
+			"GRPC_PORT=" + strconv.Itoa(grpcPort), "PORT=" + strconv.Itoa(httpPort),
+		}
+		run := []string{"run", "-d", "--name", c.id, "--network", "host", "--entrypoint", "/bin/ratelimit",
+			"--user", "65534:65534", "-v", certs + ":/certs:ro"}
+		run = append(run, lockedDown...)
+		for _, kv := range env {
+			run = append(run, "-e", kv)
+		}
+		mustDocker(t, append(run, image.name)...)
+		err := waitOK("http://127.0.0.1:"+strconv.Itoa(httpPort)+"/healthcheck", 60*time.Second)
+		if err == nil {
+			break
+		}
+		logs, _ := docker(context.Background(), "logs", c.id)
+		if attempt == 3 || !strings.Contains(logs, "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d lost a port to another test; again on new ports", attempt)
+		_, _ = docker(context.Background(), "rm", "-f", c.id)
 	}
 	conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(grpcPort), grpc.WithTransportCredentials(credentials.NewTLS(
 		&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: ca.Pool(), Certificates: []tls.Certificate{envoy}})))
