@@ -131,3 +131,30 @@ func TestRefundsOnlyWhenChargingAlways(t *testing.T) {
 		}
 	}
 }
+
+// Trims and refunds remove sliding_log members by rank, leaving gaps in the
+// indices at one instant: a later hit at that instant must still get a new
+// member, or it would rescore an existing one and go uncounted.
+func TestSlidingLogMembersStayUniqueAfterTrims(t *testing.T) {
+	t.Parallel()
+	_, c := standalone(t)
+	s, _ := fixedStore(t, c) // every call at one instant
+	key := randomKey(t)
+	l := limitFor(ratelimit.SlidingLog, 5, time.Minute)
+	for i, st := range []chargeStep{
+		{ratelimit.ChargeAlways, 5, true, 0},  // #0..#4
+		{ratelimit.ChargeAlways, 3, false, 0}, // #5..#7 added, #0..#2 trimmed
+		{ratelimit.ChargeAlways, -1, true, 1}, // the highest rank goes
+		{ratelimit.ChargeAlways, 1, true, 0},  // a fifth member, not #4 again
+		{ratelimit.ChargeNever, 1, false, 0},
+	} {
+		d, err := s.AllowBatch(context.Background(), []ratelimit.Request{{Key: key, Limits: []ratelimit.Limit{l}, Hits: st.hits, Charge: st.mode}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d[0].Allowed != st.allowed || d[0].Results[0].Remaining != st.left {
+			t.Errorf("step %d (%s %d): allowed %v, remaining %d; want %v, %d",
+				i, st.mode, st.hits, d[0].Allowed, d[0].Results[0].Remaining, st.allowed, st.left)
+		}
+	}
+}
