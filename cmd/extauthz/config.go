@@ -25,7 +25,9 @@ type Config struct {
 	// MetricsAddr, set, also serves /metrics alone on this address (the
 	// peer's PROMETHEUS_ADDR, which Envoy Gateway's scrape targets).
 	MetricsAddr string `envconfig:"METRICS_ADDR" default:""`
-	// Config is the policy file or directory; empty uses no policy.
+	// Config is the policy file or directory; empty uses no policy. Unset
+	// (and not set by the peer's RUNTIME_*), defaultPolicyDir where it
+	// exists.
 	Config string `envconfig:"CONFIG" default:""`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
@@ -288,7 +290,24 @@ func loadConfigFrom(argv0 string, lookup func(string) (string, bool)) (Config, [
 	if err := readEnv(lookup, &cfg); err != nil {
 		return cfg, peer.warnings, fmt.Errorf("configuration: %w", peer.annotate(err))
 	}
+	cfg.Config = cfg.policyPath(lookup, dirExists)
 	return cfg, peer.warnings, peer.annotate(cfg.Validate())
+}
+
+// defaultPolicyDir is where the image ships its example policy. The image
+// sets no EXTAUTHZ_CONFIG for it: an image's ENV counts as set, and ours
+// win over the peer's, so it would shadow the peer's RUNTIME_ROOT policy
+// directory of an operator who swapped the image (and only the image).
+const defaultPolicyDir = "/etc/extauthz/policy"
+
+// policyPath is the policy file or directory to read: EXTAUTHZ_CONFIG as
+// given (by us or by the peer's RUNTIME_* variables; set to empty, none),
+// else defaultPolicyDir where it exists, for policies read from files.
+func (c Config) policyPath(lookup func(string) (string, bool), exists func(string) bool) string {
+	if _, set := lookup("EXTAUTHZ_CONFIG"); set || c.policySourceKind() != sourceFile || !exists(defaultPolicyDir) {
+		return c.Config
+	}
+	return defaultPolicyDir
 }
 
 // printConfigErrors prints loadConfig's problems, one line each naming

@@ -216,8 +216,7 @@ func peerPolicyDir(p peerLookup) (map[string]string, error) {
 }
 
 // peerPolicySource checks CONFIG_TYPE here rather than in peerPolicyDir,
-// which the image's own EXTAUTHZ_CONFIG skips: a bad value must refuse
-// in the image too.
+// which an EXTAUTHZ_CONFIG given skips: a bad value must refuse then too.
 func peerPolicySource(p peerLookup) (map[string]string, error) {
 	switch t := p.or("CONFIG_TYPE", "FILE"); strings.ToUpper(t) {
 	case "FILE":

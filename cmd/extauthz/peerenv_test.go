@@ -210,7 +210,7 @@ func TestPeerSettingsRefuse(t *testing.T) {
 		"node metadata":       {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "a:1,lonely"}, `CONFIG_GRPC_XDS_NODE_METADATA="a:1,lonely": want key:value or key=value pairs`},
 		"xDS message size":    {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1024"}, `EXTAUTHZ_XDS_MAX_RECV_BYTES=1024: want 0 (gRPC's 4 MiB) or 65536 to 1073741824 (from envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)`},
 		"unknown config type": {map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
-		// The image sets EXTAUTHZ_CONFIG; the check must not hang on the directory mapping it overrides.
+		// An EXTAUTHZ_CONFIG given skips the directory mapping; CONFIG_TYPE is still checked.
 		"unknown config type in the image": {map[string]string{"CONFIG_TYPE": "CONSUL", "EXTAUTHZ_CONFIG": "/etc/extauthz/policy"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
 		"Redis socket by default":          {map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_SOCKET_TYPE="unix" (unix is the peer's default)`},
 		"unknown Redis type":               {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TYPE": "ring"}, `REDIS_TYPE="ring": want SINGLE, CLUSTER or SENTINEL`},

@@ -228,8 +228,8 @@ func newXDSPolicySource(cfg Config, opts policy.LoadOptions, updates *prometheus
 		return nil, err
 	}
 	if cfg.Config != "" {
-		// The image sets EXTAUTHZ_CONFIG to its example policy; an operator
-		// who points the service at an xDS server means that server.
+		// An operator who points the service at an xDS server means that
+		// server, whatever else the environment holds.
 		log.Warn("EXTAUTHZ_CONFIG is ignored: the policy comes over xds (EXTAUTHZ_POLICY_SOURCE=file reads the files instead)", "config", cfg.Config)
 	}
 	log.Info("policy from xds", "server", cfg.XDSServerURL, "node_id", cfg.XDSNodeID, "tls", cfg.XDSServerUseTLS,

@@ -186,7 +186,7 @@ func healthStatus(t *testing.T, p *proc) healthpb.HealthCheckResponse_ServingSta
 func TestBinaryFollowsPolicyOverXDS(t *testing.T) {
 	x := startXDS(t, "127.0.0.1:0", nil)
 	x.set(t, "v1", gatewayLimit("first-listener", 3, rlsconfv3.RateLimitUnit_MINUTE))
-	// EXTAUTHZ_CONFIG as the image sets it: the xDS server wins.
+	// An EXTAUTHZ_CONFIG given: the xDS server wins.
 	p := start(t, xdsEnv(x.addr, "EXTAUTHZ_CONFIG="+examplePolicy(t))...)
 	eventually(t, "ready after the first update", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
