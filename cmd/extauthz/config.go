@@ -126,6 +126,11 @@ type Config struct {
 	RedisTLSInsecureSkipVerify bool `envconfig:"REDIS_TLS_INSECURE_SKIP_VERIFY" default:"false"`
 	// RedisTLSCAFile is a PEM bundle used to verify the Redis server (rediss://).
 	RedisTLSCAFile string `envconfig:"REDIS_TLS_CA_FILE" default:""`
+	// RedisTLSClientCert and RedisTLSClientKey, both set, are presented to
+	// a Redis that requires a client certificate (rediss://), read again at
+	// each new connection.
+	RedisTLSClientCert string `envconfig:"REDIS_TLS_CLIENT_CERT" default:""`
+	RedisTLSClientKey  string `envconfig:"REDIS_TLS_CLIENT_KEY" default:""`
 	// FailureMode is open (fall back to the in-process store) or closed (deny) when Redis fails.
 	FailureMode string `envconfig:"FAILURE_MODE" default:"open"`
 	// FallbackReplicas is how many replicas' fail-open fallbacks share each
@@ -355,6 +360,10 @@ func (c Config) rules() []rule {
 		{"REDIS_CALL_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisCallTimeout, c.RedisCallTimeout > 0},
 		{"IDEMPOTENCY_STORE_TIMEOUT", "a duration above 0, e.g. 100ms", c.IdempotencyStoreTimeout, c.IdempotencyStoreTimeout > 0},
 		{"REDIS_TLS_CA_FILE", "empty, or a readable file when EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSCAFile, c.validCAFile()},
+		{"REDIS_TLS_CLIENT_CERT", "empty, or a readable PEM file, with EXTAUTHZ_REDIS_TLS_CLIENT_KEY, when EXTAUTHZ_REDIS_URL is rediss://",
+			c.RedisTLSClientCert, c.validRedisClientCert(c.RedisTLSClientCert, c.RedisTLSClientKey)},
+		{"REDIS_TLS_CLIENT_KEY", "empty, or a readable PEM file, with EXTAUTHZ_REDIS_TLS_CLIENT_CERT, when EXTAUTHZ_REDIS_URL is rediss://",
+			c.RedisTLSClientKey, c.validRedisClientCert(c.RedisTLSClientKey, c.RedisTLSClientCert)},
 		{"REDIS_TLS_INSECURE_SKIP_VERIFY", "false unless EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSInsecureSkipVerify, !c.RedisTLSInsecureSkipVerify || c.tls()},
 		{"FAILURE_MODE", "open or closed", c.FailureMode, c.FailureMode == "open" || c.FailureMode == "closed"},
 		{"FALLBACK_REPLICAS", "0 (count the live replicas in Redis) to 10000", c.FallbackReplicas, c.FallbackReplicas >= 0 && c.FallbackReplicas <= 10000},
