@@ -128,6 +128,33 @@ func (s *Server) Acked(version string) bool {
 	return slices.Contains(s.acks, version)
 }
 
+// Acks counts the ACKs of version, from every client (a fleet of
+// replicas ACKs once each).
+func (s *Server) Acks(version string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.acks {
+		if v == version {
+			n++
+		}
+	}
+	return n
+}
+
+// Nacks counts the NACKs whose error detail contains substr.
+func (s *Server) Nacks(substr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, m := range s.nacks {
+		if strings.Contains(m, substr) {
+			n++
+		}
+	}
+	return n
+}
+
 // Nacked reports whether a client NACKed a version with an error detail
 // containing substr.
 func (s *Server) Nacked(substr string) bool {
@@ -166,10 +193,12 @@ func (s *Server) Header(key string) []string {
 }
 
 // Envoy Gateway's names for one rule of one HTTPRoute: the route's rule
-// descriptor, and the match descriptor under it that carries the limit.
+// descriptor, a BackendTrafficPolicy's rule under it (GatewayDistinctLimit),
+// and the match descriptor that carries the limit.
 const (
-	GatewayRouteKey = "httproute/default/backend/rule/0"
-	GatewayMatchKey = "rule-0-match-0"
+	GatewayRouteKey      = "httproute/default/backend/rule/0"
+	GatewayPolicyRuleKey = "default/backend-ratelimit/rule/0"
+	GatewayMatchKey      = "rule-0-match-0"
 )
 
 // GatewayLimit is one RateLimitConfig shaped like Envoy Gateway's
@@ -185,6 +214,30 @@ func GatewayLimit(domain string, rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsc
 			Descriptors: []*rlsconfv3.RateLimitDescriptor{{
 				Key: GatewayMatchKey, Value: GatewayMatchKey,
 				RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: rpu, Unit: unit},
+			}},
+		}},
+	}
+}
+
+// GatewayDistinctLimit is the RateLimitConfig Envoy Gateway emits for a
+// rule whose client selector is a header with type Distinct (a budget for
+// each of its values; testdata/out/ratelimit-config/distinct-match.yaml):
+// the route, the policy's rule, then the match descriptor with no value.
+// Envoy sends it with the route actions generic_key (GatewayRouteKey),
+// generic_key (GatewayPolicyRuleKey) and request_headers (the header, as
+// GatewayMatchKey).
+func GatewayDistinctLimit(domain string, rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
+	return &rlsconfv3.RateLimitConfig{
+		Name:   domain,
+		Domain: domain,
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: GatewayRouteKey, Value: GatewayRouteKey,
+			Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+				Key: GatewayPolicyRuleKey, Value: GatewayPolicyRuleKey,
+				Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+					Key:       GatewayMatchKey,
+					RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: rpu, Unit: unit},
+				}},
 			}},
 		}},
 	}
