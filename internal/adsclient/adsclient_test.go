@@ -132,3 +132,56 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestARefusedVersionIsNotRetriedInALoop: go-control-plane's snapshot cache
+// (Envoy Gateway's controller) answers a NACK, which names the last good
+// version, with the refused snapshot again at once. The client validates
+// a refused version once, answers its resends after a growing pause
+// rather than as fast as the network allows, and takes the next good
+// version when it comes.
+func TestARefusedVersionIsNotRetriedInALoop(t *testing.T) {
+	t.Parallel()
+	s := xdstest.Start(t, "127.0.0.1:0", nil)
+	set(t, s, "v1", "a")
+	var mu sync.Mutex
+	applied := map[string]int{}
+	a := &applier{}
+	c, err := adsclient.New(adsclient.Config{
+		Target: s.Addr, Node: &corev3.Node{Id: node}, TypeURL: resource.RateLimitConfigType,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Apply: func(version string, res []*anypb.Any) error {
+			mu.Lock()
+			applied[version]++
+			mu.Unlock()
+			return a.apply(version, res)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	eventually(t, "v1", func() bool { return a.current() == "v1:a" })
+
+	set(t, s, "v2", "a", "bad")
+	eventually(t, "v2 NACKed", func() bool { return s.Nacked("resource bad: refused") })
+	time.Sleep(time.Second) // the time a loop has to show: a paced client NACKs about 10 times
+	nacks := s.Nacks("resource bad: refused")
+	mu.Lock()
+	validated := applied["v2"]
+	mu.Unlock()
+	if validated != 1 {
+		t.Errorf("v2 validated %d times in 1s; a refused version is validated once", validated)
+	}
+	if nacks > 15 {
+		t.Errorf("v2 NACKed %d times in 1s; its resends are answered after a pause growing to 100ms", nacks)
+	}
+	if got := a.current(); got != "v1:a" {
+		t.Errorf("after the NACKs the applied state is %q, want v1:a", got)
+	}
+
+	set(t, s, "v3", "b")
+	eventually(t, "v3 after the refused v2", func() bool { return a.current() == "v3:b" })
+}
