@@ -77,6 +77,11 @@ func TestLimitsOverXDSThroughEnvoy(t *testing.T) {
 		t.Errorf("v3 ACKed %d times; a bad snapshot must be NACKed", n)
 	}
 	expectLimit(t, s, "v2 after the NACK of v3", 5)
+	for _, r := range s.replicas {
+		if got := replicaMetricWith(t, r, "extauthz_policy_xds_updates_total", `result="rejected"`); got != 1 {
+			t.Errorf("%s counted %v rejected xDS updates, want 1 (v3, refused once however often it is resent)", r.name, got)
+		}
+	}
 
 	x.Stop()
 	expectLimit(t, s, "v2 with the xDS server down", 5)
