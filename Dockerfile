@@ -38,9 +38,10 @@ LABEL org.opencontainers.image.title="extauthz" \
 COPY --from=build /out/extauthz /usr/local/bin/extauthz
 COPY --from=build /out/bin/ /bin/
 # The example policy makes the image run as is; Kubernetes mounts its
-# ConfigMap over this directory.
+# ConfigMap over this directory. No ENV names it: the binary reads it when
+# EXTAUTHZ_CONFIG is unset, so that, started as /bin/ratelimit, the peer's
+# RUNTIME_ROOT policy directory is not shadowed by an image default.
 COPY examples/policy/ /etc/extauthz/policy/
-ENV EXTAUTHZ_CONFIG=/etc/extauthz/policy
 # Numeric, so that the kubelet can verify runAsNonRoot without /etc/passwd.
 USER 65532:65532
 # gRPC (RLS, ext_authz, ext_proc, health, reflection) and HTTP (/metrics, /healthz, /readyz).

@@ -25,7 +25,9 @@ type Config struct {
 	// MetricsAddr, set, also serves /metrics alone on this address (the
 	// peer's PROMETHEUS_ADDR, which Envoy Gateway's scrape targets).
 	MetricsAddr string `envconfig:"METRICS_ADDR" default:""`
-	// Config is the policy file or directory; empty uses no policy.
+	// Config is the policy file or directory; empty uses no policy. Unset
+	// (and not set by the peer's RUNTIME_*), defaultPolicyDir where it
+	// exists.
 	Config string `envconfig:"CONFIG" default:""`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
@@ -124,6 +126,11 @@ type Config struct {
 	RedisTLSInsecureSkipVerify bool `envconfig:"REDIS_TLS_INSECURE_SKIP_VERIFY" default:"false"`
 	// RedisTLSCAFile is a PEM bundle used to verify the Redis server (rediss://).
 	RedisTLSCAFile string `envconfig:"REDIS_TLS_CA_FILE" default:""`
+	// RedisTLSClientCert and RedisTLSClientKey, both set, are presented to
+	// a Redis that requires a client certificate (rediss://), read again at
+	// each new connection.
+	RedisTLSClientCert string `envconfig:"REDIS_TLS_CLIENT_CERT" default:""`
+	RedisTLSClientKey  string `envconfig:"REDIS_TLS_CLIENT_KEY" default:""`
 	// FailureMode is open (fall back to the in-process store) or closed (deny) when Redis fails.
 	FailureMode string `envconfig:"FAILURE_MODE" default:"open"`
 	// FallbackReplicas is how many replicas' fail-open fallbacks share each
@@ -288,7 +295,24 @@ func loadConfigFrom(argv0 string, lookup func(string) (string, bool)) (Config, [
 	if err := readEnv(lookup, &cfg); err != nil {
 		return cfg, peer.warnings, fmt.Errorf("configuration: %w", peer.annotate(err))
 	}
+	cfg.Config = cfg.policyPath(lookup, dirExists)
 	return cfg, peer.warnings, peer.annotate(cfg.Validate())
+}
+
+// defaultPolicyDir is where the image ships its example policy. The image
+// sets no EXTAUTHZ_CONFIG for it: an image's ENV counts as set, and ours
+// win over the peer's, so it would shadow the peer's RUNTIME_ROOT policy
+// directory of an operator who swapped the image (and only the image).
+const defaultPolicyDir = "/etc/extauthz/policy"
+
+// policyPath is the policy file or directory to read: EXTAUTHZ_CONFIG as
+// given (by us or by the peer's RUNTIME_* variables; set to empty, none),
+// else defaultPolicyDir where it exists, for policies read from files.
+func (c Config) policyPath(lookup func(string) (string, bool), exists func(string) bool) string {
+	if _, set := lookup("EXTAUTHZ_CONFIG"); set || c.policySourceKind() != sourceFile || !exists(defaultPolicyDir) {
+		return c.Config
+	}
+	return defaultPolicyDir
 }
 
 // printConfigErrors prints loadConfig's problems, one line each naming
@@ -336,6 +360,10 @@ func (c Config) rules() []rule {
 		{"REDIS_CALL_TIMEOUT", "a duration above 0, e.g. 50ms", c.RedisCallTimeout, c.RedisCallTimeout > 0},
 		{"IDEMPOTENCY_STORE_TIMEOUT", "a duration above 0, e.g. 100ms", c.IdempotencyStoreTimeout, c.IdempotencyStoreTimeout > 0},
 		{"REDIS_TLS_CA_FILE", "empty, or a readable file when EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSCAFile, c.validCAFile()},
+		{"REDIS_TLS_CLIENT_CERT", "empty, or a readable PEM file, with EXTAUTHZ_REDIS_TLS_CLIENT_KEY, when EXTAUTHZ_REDIS_URL is rediss://",
+			c.RedisTLSClientCert, c.validRedisClientCert(c.RedisTLSClientCert, c.RedisTLSClientKey)},
+		{"REDIS_TLS_CLIENT_KEY", "empty, or a readable PEM file, with EXTAUTHZ_REDIS_TLS_CLIENT_CERT, when EXTAUTHZ_REDIS_URL is rediss://",
+			c.RedisTLSClientKey, c.validRedisClientCert(c.RedisTLSClientKey, c.RedisTLSClientCert)},
 		{"REDIS_TLS_INSECURE_SKIP_VERIFY", "false unless EXTAUTHZ_REDIS_URL is rediss://", c.RedisTLSInsecureSkipVerify, !c.RedisTLSInsecureSkipVerify || c.tls()},
 		{"FAILURE_MODE", "open or closed", c.FailureMode, c.FailureMode == "open" || c.FailureMode == "closed"},
 		{"FALLBACK_REPLICAS", "0 (count the live replicas in Redis) to 10000", c.FallbackReplicas, c.FallbackReplicas >= 0 && c.FallbackReplicas <= 10000},

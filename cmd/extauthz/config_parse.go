@@ -153,6 +153,14 @@ func (c Config) validCAFile() bool {
 	return err == nil
 }
 
+// validRedisClientCert checks one file of the Redis client certificate
+// pair, given: readable, with the other, over rediss:// (a half pair is
+// one line, the given file's). That the two make a pair is redisclient's
+// check, at start.
+func (c Config) validRedisClientCert(file, other string) bool {
+	return file == "" || c.tls() && other != "" && readableOrEmpty(file)
+}
+
 // validOTLPEndpoint: empty, or an endpoint the protocol takes (a bad
 // protocol is its own rule's error).
 func (c Config) validOTLPEndpoint() bool {

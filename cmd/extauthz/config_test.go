@@ -132,3 +132,41 @@ func TestReadEnvMap(t *testing.T) {
 		t.Errorf("a pair without ':': %v", err)
 	}
 }
+
+// TestPolicyPathPrecedence: EXTAUTHZ_CONFIG as given (set to empty, none),
+// else the image's directory where it exists and the policy comes from
+// files; the image sets no variable for it, so under the peer's names
+// RUNTIME_ROOT's directory (fed through EXTAUTHZ_CONFIG) wins over it.
+func TestPolicyPathPrecedence(t *testing.T) {
+	cases := []struct {
+		name   string
+		argv0  string
+		env    map[string]string
+		exists bool
+		want   string
+	}{
+		{"unset, image directory present", "extauthz", nil, true, defaultPolicyDir},
+		{"unset, no image directory", "extauthz", nil, false, ""},
+		{"set", "extauthz", map[string]string{"EXTAUTHZ_CONFIG": "/mine"}, true, "/mine"},
+		{"set to empty", "extauthz", map[string]string{"EXTAUTHZ_CONFIG": ""}, true, ""},
+		{"over xds", "extauthz", map[string]string{"EXTAUTHZ_XDS_SERVER_URL": "xds:18000"}, true, ""},
+		{"peer's RUNTIME_ROOT", "ratelimit", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "rl"}, true, "/data/rl/config"},
+		{"peer's default directory", "ratelimit", nil, true, "/srv/runtime_data/current/config"},
+		{"ours over the peer's", "ratelimit", map[string]string{"RUNTIME_ROOT": "/data", "EXTAUTHZ_CONFIG": "/mine"}, true, "/mine"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			if peerMode(tc.argv0, lookup) {
+				lookup = envWithPeer(lookup, translatePeer(lookup))
+			}
+			var cfg Config
+			if err := readEnv(lookup, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.policyPath(lookup, func(string) bool { return tc.exists }); got != tc.want {
+				t.Errorf("policy path %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/internal/testpki"
+	"github.com/extauthz/extauthz/internal/xdstest"
 )
 
 // envoyGatewayEnv is the environment Envoy Gateway's rate-limit deployment
@@ -109,7 +110,7 @@ func newEGPKI(t *testing.T, certs string) egPKI {
 func TestBinaryAsEnvoyGatewaysRatelimit(t *testing.T) {
 	dir := t.TempDir()
 	pki := newEGPKI(t, filepath.Join(dir, "certs"))
-	x := startXDS(t, "127.0.0.1:0", pki.xdsServer)
+	x := xdstest.Start(t, "127.0.0.1:0", pki.xdsServer)
 
 	// The name Envoy Gateway runs: /bin/ratelimit.
 	ratelimit := filepath.Join(t.TempDir(), "ratelimit")
@@ -119,7 +120,7 @@ func TestBinaryAsEnvoyGatewaysRatelimit(t *testing.T) {
 	redis := redistest.Standalone(t)
 	grpcPort, httpPort, promAddr := freePort(t), freePort(t), "127.0.0.1:"+strconv.Itoa(freePort(t))
 	cmd := exec.Command(ratelimit)
-	cmd.Env = append(envoyGatewayEnv(dir, redis.Addr, promAddr, x.addr),
+	cmd.Env = append(envoyGatewayEnv(dir, redis.Addr, promAddr, x.Addr),
 		"GRPC_PORT="+strconv.Itoa(grpcPort), "PORT="+strconv.Itoa(httpPort))
 	p := startCmd(t, cmd)
 
@@ -145,8 +146,8 @@ func TestBinaryAsEnvoyGatewaysRatelimit(t *testing.T) {
 	}
 
 	// Envoy Gateway's controller publishes the limits for the node id it set.
-	x.setFor(t, "envoy-ratelimit", "1", gatewayLimit(egDomain, 2, rlsconfv3.RateLimitUnit_MINUTE))
-	eventually(t, "snapshot 1 ACKed", func() bool { return x.acked("1") })
+	x.Set(t, "envoy-ratelimit", "1", xdstest.GatewayLimit(egDomain, 2, rlsconfv3.RateLimitUnit_MINUTE))
+	eventually(t, "snapshot 1 ACKed", func() bool { return x.Acked("1") })
 	var codes []rlsv3.RateLimitResponse_Code
 	for range 3 {
 		codes = append(codes, gatewayStatus(t, envoy, egDomain).GetCode())
@@ -158,12 +159,12 @@ func TestBinaryAsEnvoyGatewaysRatelimit(t *testing.T) {
 		t.Error("no key in REDIS_URL's Redis: the counters are not there")
 	}
 
-	x.setFor(t, "envoy-ratelimit", "2", gatewayLimit(egDomain, 5, rlsconfv3.RateLimitUnit_MINUTE))
-	eventually(t, "snapshot 2 ACKed", func() bool { return x.acked("2") })
+	x.Set(t, "envoy-ratelimit", "2", xdstest.GatewayLimit(egDomain, 5, rlsconfv3.RateLimitUnit_MINUTE))
+	eventually(t, "snapshot 2 ACKed", func() bool { return x.Acked("2") })
 	if st := gatewayStatus(t, envoy, egDomain); st.GetCurrentLimit().GetRequestsPerUnit() != 5 {
 		t.Errorf("after snapshot 2: %v, want the limit 5/minute", st)
 	}
-	if node := x.firstNode(); node.GetId() != "envoy-ratelimit" {
+	if node := x.FirstNode(); node.GetId() != "envoy-ratelimit" {
 		t.Errorf("node announced %v, want CONFIG_GRPC_XDS_NODE_ID's envoy-ratelimit", node)
 	}
 
@@ -184,23 +185,23 @@ func TestBinaryAsEnvoyGatewaysRatelimit(t *testing.T) {
 func TestBinaryAsRatelimitWaitsForTheFirstSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	pki := newEGPKI(t, filepath.Join(dir, "certs"))
-	x := startXDS(t, "127.0.0.1:0", pki.xdsServer)
+	x := xdstest.Start(t, "127.0.0.1:0", pki.xdsServer)
 	ratelimit := filepath.Join(t.TempDir(), "ratelimit")
 	if err := os.Symlink(binary(t), ratelimit); err != nil {
 		t.Fatal(err)
 	}
 	httpPort := freePort(t)
 	cmd := exec.Command(ratelimit)
-	cmd.Env = append(envoyGatewayEnv(dir, "", "127.0.0.1:0", x.addr),
+	cmd.Env = append(envoyGatewayEnv(dir, "", "127.0.0.1:0", x.Addr),
 		"GRPC_PORT=0", "PORT="+strconv.Itoa(httpPort), "FORCE_START_WITHOUT_INITIAL_CONFIG=false")
 	cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "REDIS_") }) // in memory
 	p := startCmd(t, cmd)
 	p.httpAddr = "127.0.0.1:" + strconv.Itoa(httpPort)
-	eventually(t, "the xDS stream to be open", func() bool { return x.firstNode() != nil })
+	eventually(t, "the xDS stream to be open", func() bool { return x.FirstNode() != nil })
 	if code, body := p.get(t, "/healthcheck"); code != http.StatusInternalServerError {
 		t.Errorf("/healthcheck before any snapshot = %d %q, want 500", code, body)
 	}
-	x.setFor(t, "envoy-ratelimit", "1", gatewayLimit(egDomain, 2, rlsconfv3.RateLimitUnit_MINUTE))
+	x.Set(t, "envoy-ratelimit", "1", xdstest.GatewayLimit(egDomain, 2, rlsconfv3.RateLimitUnit_MINUTE))
 	waitHealthcheck(t, p)
 }
 

@@ -135,6 +135,18 @@ var peerMappings = []peerMapping{
 		func(p peerLookup) map[string]string {
 			return setOnly("REDIS_TLS_CA_FILE", p.or("REDIS_TLS_CACERT", ""))
 		}),
+	// The peer presents the pair only when both are set; ours refuse a
+	// half pair with one line rather than ignore it.
+	whenTrue("REDIS_TLS", []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"}, []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"},
+		func(p peerLookup) map[string]string {
+			out := map[string]string{}
+			for _, name := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
+				if v := p.or(name, ""); v != "" {
+					out[name] = v
+				}
+			}
+			return out
+		}),
 	whenTrue("REDIS_TLS", []string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"}, []string{"REDIS_TLS_INSECURE_SKIP_VERIFY"},
 		func(p peerLookup) map[string]string {
 			return setOnly("REDIS_TLS_INSECURE_SKIP_VERIFY", p.or("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", ""))
@@ -216,8 +228,7 @@ func peerPolicyDir(p peerLookup) (map[string]string, error) {
 }
 
 // peerPolicySource checks CONFIG_TYPE here rather than in peerPolicyDir,
-// which the image's own EXTAUTHZ_CONFIG skips: a bad value must refuse
-// in the image too.
+// which an EXTAUTHZ_CONFIG given skips: a bad value must refuse then too.
 func peerPolicySource(p peerLookup) (map[string]string, error) {
 	switch t := p.or("CONFIG_TYPE", "FILE"); strings.ToUpper(t) {
 	case "FILE":

@@ -58,6 +58,16 @@ func TestPeerSettingsTranslate(t *testing.T) {
 				peerListen(c)
 				c.RedisURL, c.RedisTLSCAFile, c.RedisTLSInsecureSkipVerify = "rediss://:s3cret@redis.ns:6379", ca, true
 			}},
+		{"Redis client certificate (Envoy Gateway's certificateRef)", "ratelimit",
+			map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.ns:6379", "REDIS_TLS": "true",
+				"REDIS_TLS_CLIENT_CERT": cert, "REDIS_TLS_CLIENT_KEY": key},
+			func(c *Config) {
+				peerListen(c)
+				c.RedisURL, c.RedisTLSClientCert, c.RedisTLSClientKey = "rediss://redis.ns:6379", cert, key
+			}},
+		{"Redis client certificate without REDIS_TLS is the peer's no-op", "ratelimit",
+			map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.ns:6379", "REDIS_TLS_CLIENT_CERT": cert, "REDIS_TLS_CLIENT_KEY": key},
+			func(c *Config) { peerListen(c); c.RedisURL = "redis://redis.ns:6379" }},
 		{"Redis CA without REDIS_TLS is the peer's no-op", "ratelimit",
 			map[string]string{"REDIS_SOCKET_TYPE": "TCP", "REDIS_URL": "redis.ns:6379", "REDIS_TLS_CACERT": ca},
 			func(c *Config) { peerListen(c); c.RedisURL = "redis://redis.ns:6379" }},
@@ -204,13 +214,14 @@ func TestPeerSettingsRefuse(t *testing.T) {
 		env  map[string]string
 		line string
 	}{
-		"memcache":            {map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache": refused: `},
-		"a second Redis":      {map[string]string{"REDIS_PERSECOND": "true"}, `REDIS_PERSECOND="true": refused: `},
-		"Redis client cert":   {map[string]string{"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"}, `REDIS_TLS_CLIENT_CERT="/redis-certs/tls.crt": refused: `},
+		"memcache":       {map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE="memcache": refused: `},
+		"a second Redis": {map[string]string{"REDIS_PERSECOND": "true"}, `REDIS_PERSECOND="true": refused: `},
+		"half a Redis client cert": {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt"},
+			`EXTAUTHZ_REDIS_TLS_CLIENT_CERT="/redis-certs/tls.crt": want empty, or a readable PEM file, with EXTAUTHZ_REDIS_TLS_CLIENT_KEY, when EXTAUTHZ_REDIS_URL is rediss:// (from envoyproxy/ratelimit's REDIS_TLS, REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY)`},
 		"node metadata":       {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "a:1,lonely"}, `CONFIG_GRPC_XDS_NODE_METADATA="a:1,lonely": want key:value or key=value pairs`},
 		"xDS message size":    {map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1024"}, `EXTAUTHZ_XDS_MAX_RECV_BYTES=1024: want 0 (gRPC's 4 MiB) or 65536 to 1073741824 (from envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)`},
 		"unknown config type": {map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
-		// The image sets EXTAUTHZ_CONFIG; the check must not hang on the directory mapping it overrides.
+		// An EXTAUTHZ_CONFIG given skips the directory mapping; CONFIG_TYPE is still checked.
 		"unknown config type in the image": {map[string]string{"CONFIG_TYPE": "CONSUL", "EXTAUTHZ_CONFIG": "/etc/extauthz/policy"}, `CONFIG_TYPE="CONSUL": want FILE or GRPC_XDS_SOTW`},
 		"Redis socket by default":          {map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_SOCKET_TYPE="unix" (unix is the peer's default)`},
 		"unknown Redis type":               {map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TYPE": "ring"}, `REDIS_TYPE="ring": want SINGLE, CLUSTER or SENTINEL`},

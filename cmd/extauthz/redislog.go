@@ -106,3 +106,18 @@ func redisErrorKind(err error) string {
 	}
 	return "other"
 }
+
+// explainRedisTLS adds to a refused TLS handshake what to change: Redis
+// names only the alert, and an operator who swapped envoyproxy/ratelimit
+// for extauthz meets it first at warm-up.
+func explainRedisTLS(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(err.Error(), "tls: certificate required"):
+		return fmt.Errorf("%w (Redis requires a TLS client certificate: set EXTAUTHZ_REDIS_TLS_CLIENT_CERT and _KEY, or envoyproxy/ratelimit's REDIS_TLS_CLIENT_CERT and _KEY)", err)
+	case strings.Contains(err.Error(), "tls: unknown certificate authority"), strings.Contains(err.Error(), "tls: bad certificate"):
+		return fmt.Errorf("%w (Redis refused the client certificate of EXTAUTHZ_REDIS_TLS_CLIENT_CERT: is it signed by a CA Redis trusts, and valid now?)", err)
+	}
+	return err
+}

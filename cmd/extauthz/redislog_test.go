@@ -135,3 +135,30 @@ func TestRedisOutageIsLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainRedisTLS: a refused handshake says what to set; other errors
+// pass unchanged and still match with errors.Is.
+func TestExplainRedisTLS(t *testing.T) {
+	base := errors.New("redisstore: load script")
+	cases := []struct {
+		err  error
+		want string // in the message; "" means unchanged
+	}{
+		{fmt.Errorf("%w", errors.New("remote error: tls: certificate required")), "set EXTAUTHZ_REDIS_TLS_CLIENT_CERT and _KEY"},
+		{fmt.Errorf("%w: remote error: tls: unknown certificate authority", base), "refused the client certificate of EXTAUTHZ_REDIS_TLS_CLIENT_CERT"},
+		{fmt.Errorf("%w: remote error: tls: bad certificate", base), "refused the client certificate of EXTAUTHZ_REDIS_TLS_CLIENT_CERT"},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), ""},
+	}
+	for _, tc := range cases {
+		got := explainRedisTLS(tc.err)
+		if !errors.Is(got, tc.err) {
+			t.Errorf("%v: the explained error %v no longer wraps it", tc.err, got)
+		}
+		if tc.want == "" && got.Error() != tc.err.Error() || tc.want != "" && !strings.Contains(got.Error(), tc.want) {
+			t.Errorf("%v: explained as %q, want %q", tc.err, got, tc.want)
+		}
+	}
+	if explainRedisTLS(nil) != nil {
+		t.Error("nil explained as an error")
+	}
+}

@@ -43,6 +43,8 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 		WriteTimeout:          cfg.RedisWriteTimeout,
 		TLSCAFile:             cfg.RedisTLSCAFile,
 		TLSInsecureSkipVerify: cfg.RedisTLSInsecureSkipVerify,
+		TLSClientCertFile:     cfg.RedisTLSClientCert,
+		TLSClientKeyFile:      cfg.RedisTLSClientKey,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("EXTAUTHZ_REDIS_*: %w", err)
@@ -55,7 +57,9 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	// Every script the process runs on Redis: rate limits, idempotency,
 	// RLQS demands, max_in_flight slots and the replica count.
 	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts(), inflightredis.Scripts(), fleet.Scripts())
-	warm := func(ctx context.Context) error { return redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()) }
+	warm := func(ctx context.Context) error {
+		return explainRedisTLS(redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()))
+	}
 	rw := newRewarmer(warm, cfg.warmAttemptTimeout())
 	events.onBreaker = rw.breaker
 	presence, err := fleet.New(client, fleet.Options{Prefix: cfg.KeyPrefix, Registerer: deps.Registerer,

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/extauthz/extauthz/internal/adsclient"
+	"github.com/extauthz/extauthz/internal/certsource"
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/policy/rlsconf"
 )
@@ -108,36 +108,13 @@ func (c Config) xdsCredentials() (credentials.TransportCredentials, error) {
 		}
 	}
 	if c.XDSClientTLSCert != "" {
-		cc := &clientCert{cert: c.XDSClientTLSCert, key: c.XDSClientTLSKey}
-		if _, err := cc.get(nil); err != nil {
+		cc, err := certsource.NewClientCert(c.XDSClientTLSCert, c.XDSClientTLSKey)
+		if err != nil {
 			return nil, fmt.Errorf("EXTAUTHZ_XDS_CLIENT_TLS_CERT, _KEY: %w", err)
 		}
-		cfg.GetClientCertificate = cc.get
+		cfg.GetClientCertificate = cc.Get
 	}
 	return credentials.NewTLS(cfg), nil
-}
-
-// clientCert reads the client certificate at each handshake, which happen
-// only when a stream (re)connects, so a rotated Secret is presented on the
-// next connection; a pair that does not load (caught mid-rotation) leaves
-// the last good one in use.
-type clientCert struct {
-	cert, key string
-	mu        sync.Mutex
-	last      *tls.Certificate
-}
-
-func (c *clientCert) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-	pair, err := tls.LoadX509KeyPair(c.cert, c.key)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err == nil {
-		c.last = &pair
-	}
-	if c.last == nil {
-		return nil, err
-	}
-	return c.last, nil
 }
 
 // xdsPolicy is the policy delivered over xDS: each response is validated
@@ -228,8 +205,8 @@ func newXDSPolicySource(cfg Config, opts policy.LoadOptions, updates *prometheus
 		return nil, err
 	}
 	if cfg.Config != "" {
-		// The image sets EXTAUTHZ_CONFIG to its example policy; an operator
-		// who points the service at an xDS server means that server.
+		// An operator who points the service at an xDS server means that
+		// server, whatever else the environment holds.
 		log.Warn("EXTAUTHZ_CONFIG is ignored: the policy comes over xds (EXTAUTHZ_POLICY_SOURCE=file reads the files instead)", "config", cfg.Config)
 	}
 	log.Info("policy from xds", "server", cfg.XDSServerURL, "node_id", cfg.XDSNodeID, "tls", cfg.XDSServerUseTLS,

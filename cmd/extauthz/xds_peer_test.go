@@ -8,6 +8,8 @@ import (
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/extauthz/extauthz/internal/xdstest"
 )
 
 // peerLimit is a one-level descriptor as envoyproxy/ratelimit's own xDS
@@ -39,9 +41,9 @@ func peerSnapshot(withReload bool) []*rlsconfv3.RateLimitConfig {
 // the same answers (its testConfigReload, plus the block and one-per-minute
 // rules the snapshot carries).
 func TestBinaryAnswersThePeersXDSSnapshots(t *testing.T) {
-	x := startXDS(t, "127.0.0.1:0", nil)
-	x.set(t, "1", peerSnapshot(false)...)
-	p := start(t, xdsEnv(x.addr)...)
+	x := xdstest.Start(t, "127.0.0.1:0", nil)
+	x.Set(t, xdsNode, "1", peerSnapshot(false)...)
+	p := start(t, xdsEnv(x.Addr)...)
 	eventually(t, "ready", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
 	ask := func(domain, key string) *rlsv3.RateLimitResponse {
@@ -73,14 +75,14 @@ func TestBinaryAnswersThePeersXDSSnapshots(t *testing.T) {
 	check("snapshot 1, reload/block", ask("reload", "block"), want{code: rlsv3.RateLimitResponse_OK})
 	check("snapshot 1, basic/key1", ask("basic", "key1"), want{rlsv3.RateLimitResponse_OK, 50, rlsv3.RateLimitResponse_RateLimit_SECOND, 49})
 
-	x.set(t, "2", peerSnapshot(true)...)
-	eventually(t, "snapshot 2 acked", func() bool { return x.acked("2") })
+	x.Set(t, xdsNode, "2", peerSnapshot(true)...)
+	eventually(t, "snapshot 2 acked", func() bool { return x.Acked("2") })
 	check("snapshot 2, reload/key1", ask("reload", "key1"), want{rlsv3.RateLimitResponse_OK, 50, rlsv3.RateLimitResponse_RateLimit_SECOND, 49})
 	check("snapshot 2, reload/block", ask("reload", "block"), want{rlsv3.RateLimitResponse_OVER_LIMIT, 0, rlsv3.RateLimitResponse_RateLimit_SECOND, 0})
 	check("snapshot 2, reload/one_per_minute #1", ask("reload", "one_per_minute"), want{rlsv3.RateLimitResponse_OK, 1, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0})
 	check("snapshot 2, reload/one_per_minute #2", ask("reload", "one_per_minute"), want{rlsv3.RateLimitResponse_OVER_LIMIT, 1, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0})
 
-	x.set(t, "3", peerSnapshot(false)...)
-	eventually(t, "snapshot 3 acked", func() bool { return x.acked("3") })
+	x.Set(t, xdsNode, "3", peerSnapshot(false)...)
+	eventually(t, "snapshot 3 acked", func() bool { return x.Acked("3") })
 	check("snapshot 3, reload/key1", ask("reload", "key1"), want{code: rlsv3.RateLimitResponse_OK})
 }

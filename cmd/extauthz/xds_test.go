@@ -4,150 +4,19 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/extauthz/extauthz/internal/xdstest"
 )
 
 // xdsNode is the node id every test's extauthz announces.
 const xdsNode = "extauthz-test-node"
-
-// xdsServer is go-control-plane's xDS server (the library Envoy Gateway's
-// controller uses) with a snapshot cache, on a loopback port.
-type xdsServer struct {
-	addr  string
-	cache cachev3.SnapshotCache
-	grpc  *grpc.Server
-
-	mu     sync.Mutex
-	nacks  []string     // error_detail messages received
-	acks   []string     // versions ACKed
-	node   *corev3.Node // as first announced
-	closed chan struct{}
-}
-
-// startXDS serves on addr ("127.0.0.1:0" for any port); creds nil is plaintext.
-func startXDS(t *testing.T, addr string, creds credentials.TransportCredentials) *xdsServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := &xdsServer{addr: ln.Addr().String(), cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), closed: make(chan struct{})}
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		if req.GetNode() != nil && x.node == nil {
-			x.node = req.GetNode()
-		}
-		switch {
-		case req.GetErrorDetail() != nil:
-			x.nacks = append(x.nacks, req.GetErrorDetail().GetMessage())
-		case req.GetResponseNonce() != "":
-			x.acks = append(x.acks, req.GetVersionInfo())
-		}
-		return nil
-	}}
-	var opts []grpc.ServerOption
-	if creds != nil {
-		opts = append(opts, grpc.Creds(creds))
-	}
-	x.grpc = grpc.NewServer(opts...)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(x.grpc, serverv3.NewServer(context.Background(), x.cache, cb))
-	go func() {
-		_ = x.grpc.Serve(ln)
-		close(x.closed)
-	}()
-	t.Cleanup(x.stop)
-	return x
-}
-
-func (x *xdsServer) stop() {
-	x.grpc.Stop()
-	<-x.closed
-}
-
-// set publishes a snapshot of configs as version.
-func (x *xdsServer) set(t *testing.T, version string, configs ...*rlsconfv3.RateLimitConfig) {
-	t.Helper()
-	x.setFor(t, xdsNode, version, configs...)
-}
-
-// setFor publishes a snapshot of configs as version for the node id node.
-func (x *xdsServer) setFor(t *testing.T, node, version string, configs ...*rlsconfv3.RateLimitConfig) {
-	t.Helper()
-	res := make([]types.Resource, len(configs))
-	for i, c := range configs {
-		res[i] = c
-	}
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cache.SetSnapshot(context.Background(), node, snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (x *xdsServer) nacked(substr string) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, n := range x.nacks {
-		if strings.Contains(n, substr) {
-			return true
-		}
-	}
-	return false
-}
-
-// firstNode is the node of the first request, nil before one.
-func (x *xdsServer) firstNode() *corev3.Node {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.node
-}
-
-func (x *xdsServer) acked(version string) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, v := range x.acks {
-		if v == version {
-			return true
-		}
-	}
-	return false
-}
-
-// gatewayLimit is one RateLimitConfig shaped like Envoy Gateway's
-// translator output (testdata/out/ratelimit-config/*.yaml): the listener
-// as domain, route and rule descriptors with key == value, the limit at
-// the match descriptor.
-func gatewayLimit(domain string, rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
-	return &rlsconfv3.RateLimitConfig{
-		Name:   domain,
-		Domain: domain,
-		Descriptors: []*rlsconfv3.RateLimitDescriptor{{
-			Key: "httproute/default/backend/rule/0", Value: "httproute/default/backend/rule/0",
-			Descriptors: []*rlsconfv3.RateLimitDescriptor{{
-				Key: "rule-0-match-0", Value: "rule-0-match-0",
-				RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: rpu, Unit: unit},
-			}},
-		}},
-	}
-}
 
 // gatewayStatus asks for the gateway descriptor of domain and returns its
 // status (no current_limit when nothing matched).
@@ -157,8 +26,8 @@ func gatewayStatus(t *testing.T, client rlsv3.RateLimitServiceClient, domain str
 	defer cancel()
 	resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*commonrlv3.RateLimitDescriptor{{
 		Entries: []*commonrlv3.RateLimitDescriptor_Entry{
-			{Key: "httproute/default/backend/rule/0", Value: "httproute/default/backend/rule/0"},
-			{Key: "rule-0-match-0", Value: "rule-0-match-0"},
+			{Key: xdstest.GatewayRouteKey, Value: xdstest.GatewayRouteKey},
+			{Key: xdstest.GatewayMatchKey, Value: xdstest.GatewayMatchKey},
 		},
 	}}})
 	if err != nil {
@@ -184,20 +53,17 @@ func healthStatus(t *testing.T, p *proc) healthpb.HealthCheckResponse_ServingSta
 }
 
 func TestBinaryFollowsPolicyOverXDS(t *testing.T) {
-	x := startXDS(t, "127.0.0.1:0", nil)
-	x.set(t, "v1", gatewayLimit("first-listener", 3, rlsconfv3.RateLimitUnit_MINUTE))
-	// EXTAUTHZ_CONFIG as the image sets it: the xDS server wins.
-	p := start(t, xdsEnv(x.addr, "EXTAUTHZ_CONFIG="+examplePolicy(t))...)
+	x := xdstest.Start(t, "127.0.0.1:0", nil)
+	x.Set(t, xdsNode, "v1", xdstest.GatewayLimit("first-listener", 3, rlsconfv3.RateLimitUnit_MINUTE))
+	// An EXTAUTHZ_CONFIG given: the xDS server wins.
+	p := start(t, xdsEnv(x.Addr, "EXTAUTHZ_CONFIG="+examplePolicy(t))...)
 	eventually(t, "ready after the first update", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
 	if !strings.Contains(p.Logs(), "EXTAUTHZ_CONFIG is ignored") {
 		t.Error("no warning that EXTAUTHZ_CONFIG is ignored")
 	}
 
-	x.mu.Lock()
-	node := x.node
-	x.mu.Unlock()
-	if node.GetId() != xdsNode || node.GetMetadata().GetFields()["zone"].GetStringValue() != "a" {
+	if node := x.FirstNode(); node.GetId() != xdsNode || node.GetMetadata().GetFields()["zone"].GetStringValue() != "a" {
 		t.Errorf("the server saw node %v, want id %s with metadata zone=a", node, xdsNode)
 	}
 
@@ -210,8 +76,8 @@ func TestBinaryFollowsPolicyOverXDS(t *testing.T) {
 	}
 
 	// An update keeping the limit's terms (another domain added) keeps its counter.
-	x.set(t, "v2", gatewayLimit("first-listener", 3, rlsconfv3.RateLimitUnit_MINUTE), gatewayLimit("second-listener", 7, rlsconfv3.RateLimitUnit_HOUR))
-	eventually(t, "v2 acked", func() bool { return x.acked("v2") })
+	x.Set(t, xdsNode, "v2", xdstest.GatewayLimit("first-listener", 3, rlsconfv3.RateLimitUnit_MINUTE), xdstest.GatewayLimit("second-listener", 7, rlsconfv3.RateLimitUnit_HOUR))
+	eventually(t, "v2 acked", func() bool { return x.Acked("v2") })
 	if st := gatewayStatus(t, client, "second-listener"); st.GetCurrentLimit().GetRequestsPerUnit() != 7 {
 		t.Fatalf("v2: second-listener limit %d, want 7", st.GetCurrentLimit().GetRequestsPerUnit())
 	}
@@ -220,9 +86,9 @@ func TestBinaryFollowsPolicyOverXDS(t *testing.T) {
 	}
 
 	// A bad update is NACKed with its error and the last good policy decides.
-	x.set(t, "v3", gatewayLimit("first-listener", 100, rlsconfv3.RateLimitUnit_UNKNOWN))
+	x.Set(t, xdsNode, "v3", xdstest.GatewayLimit("first-listener", 100, rlsconfv3.RateLimitUnit_UNKNOWN))
 	eventually(t, "v3 nacked with its error", func() bool {
-		return x.nacked("xds:RateLimitConfig/first-listener: descriptors[0].descriptors[0].rate_limit.unit: unknown unit")
+		return x.Nacked("xds:RateLimitConfig/first-listener: descriptors[0].descriptors[0].rate_limit.unit: unknown unit")
 	})
 	if st := gatewayStatus(t, client, "first-listener"); st.GetCurrentLimit().GetRequestsPerUnit() != 3 || st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("after a NACK: limit %d code %v, want the last good 3 and OVER_LIMIT", st.GetCurrentLimit().GetRequestsPerUnit(), st.GetCode())
@@ -232,7 +98,7 @@ func TestBinaryFollowsPolicyOverXDS(t *testing.T) {
 	}
 
 	// A changed limit serves without a restart.
-	x.set(t, "v4", gatewayLimit("first-listener", 10, rlsconfv3.RateLimitUnit_MINUTE))
+	x.Set(t, xdsNode, "v4", xdstest.GatewayLimit("first-listener", 10, rlsconfv3.RateLimitUnit_MINUTE))
 	eventually(t, "v4 to decide", func() bool {
 		return gatewayStatus(t, client, "first-listener").GetCurrentLimit().GetRequestsPerUnit() == 10
 	})
@@ -279,8 +145,8 @@ func TestBinaryWaitsForXDSAndReconnects(t *testing.T) {
 		t.Errorf("gRPC health with the xDS server down = %v, want NOT_SERVING", st)
 	}
 
-	x := startXDS(t, addr, nil)
-	x.set(t, "v1", gatewayLimit("first-listener", 3, rlsconfv3.RateLimitUnit_MINUTE))
+	x := xdstest.Start(t, addr, nil)
+	x.Set(t, xdsNode, "v1", xdstest.GatewayLimit("first-listener", 3, rlsconfv3.RateLimitUnit_MINUTE))
 	eventually(t, "ready once the server is up", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
 	eventually(t, "gRPC health SERVING", func() bool { return healthStatus(t, p) == healthpb.HealthCheckResponse_SERVING })
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
@@ -290,15 +156,15 @@ func TestBinaryWaitsForXDSAndReconnects(t *testing.T) {
 
 	// The server restarts with a new snapshot: the client reconnects, and
 	// the last good policy serves meanwhile.
-	x.stop()
+	x.Stop()
 	if st := gatewayStatus(t, client, "first-listener"); st.GetCurrentLimit().GetRequestsPerUnit() != 3 {
 		t.Fatalf("server down: limit %d, want the last good 3", st.GetCurrentLimit().GetRequestsPerUnit())
 	}
 	if code, _ := p.get(t, "/readyz"); code != 200 {
 		t.Errorf("/readyz = %d with the xDS server gone after an update, want 200", code)
 	}
-	x2 := startXDS(t, addr, nil)
-	x2.set(t, "v2", gatewayLimit("first-listener", 9, rlsconfv3.RateLimitUnit_MINUTE))
+	x2 := xdstest.Start(t, addr, nil)
+	x2.Set(t, xdsNode, "v2", xdstest.GatewayLimit("first-listener", 9, rlsconfv3.RateLimitUnit_MINUTE))
 	eventually(t, "the restarted server's limit", func() bool {
 		return gatewayStatus(t, client, "first-listener").GetCurrentLimit().GetRequestsPerUnit() == 9
 	})

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/extauthz/extauthz/internal/testpki"
+	"github.com/extauthz/extauthz/internal/xdstest"
 )
 
 func TestBinaryTakesPolicyOverMutualTLSXDS(t *testing.T) {
@@ -24,19 +25,19 @@ func TestBinaryTakesPolicyOverMutualTLSXDS(t *testing.T) {
 		ClientCAs:    clientCA.Pool(),
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	})
-	x := startXDS(t, "127.0.0.1:0", creds)
-	x.set(t, "v1", gatewayLimit("first-listener", 4, rlsconfv3.RateLimitUnit_SECOND))
+	x := xdstest.Start(t, "127.0.0.1:0", creds)
+	x.Set(t, xdsNode, "v1", xdstest.GatewayLimit("first-listener", 4, rlsconfv3.RateLimitUnit_SECOND))
 	tlsEnv := []string{"EXTAUTHZ_XDS_SERVER_USE_TLS=true", "EXTAUTHZ_XDS_SERVER_TLS_CA=" + serverCA.WriteFile(t, dir, "server-ca.pem"),
 		"EXTAUTHZ_XDS_SERVER_TLS_SAN=xds.example"}
 
 	// Without a client certificate the server refuses the handshake.
-	anon := start(t, xdsEnv(x.addr, tlsEnv...)...)
+	anon := start(t, xdsEnv(x.Addr, tlsEnv...)...)
 	eventually(t, "a refused stream to be logged", func() bool { return strings.Contains(anon.Logs(), "xds stream ended; reconnecting") })
 	if code, _ := anon.get(t, "/readyz"); code != 503 {
 		t.Errorf("/readyz without a client certificate = %d, want 503", code)
 	}
 
-	p := start(t, xdsEnv(x.addr, append(tlsEnv, "EXTAUTHZ_XDS_CLIENT_TLS_CERT="+clientCert, "EXTAUTHZ_XDS_CLIENT_TLS_KEY="+clientKey)...)...)
+	p := start(t, xdsEnv(x.Addr, append(tlsEnv, "EXTAUTHZ_XDS_CLIENT_TLS_CERT="+clientCert, "EXTAUTHZ_XDS_CLIENT_TLS_KEY="+clientKey)...)...)
 	eventually(t, "ready over mutual TLS", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
 	if st := gatewayStatus(t, rlsv3.NewRateLimitServiceClient(p.dial(t)), "first-listener"); st.GetCurrentLimit().GetRequestsPerUnit() != 4 {
 		t.Errorf("limit over mTLS %d, want 4", st.GetCurrentLimit().GetRequestsPerUnit())
@@ -54,9 +55,9 @@ func TestBinaryPresentsARotatedXDSClientCertificate(t *testing.T) {
 			ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert})
 	}
 	certPath, keyPath := oldCA.Issue(t, testpki.Options{CommonName: "ratelimit", Client: true}).WriteFiles(t, dir, "client")
-	x := startXDS(t, "127.0.0.1:0", serverTrusting(oldCA))
-	x.set(t, "v1", gatewayLimit("first-listener", 4, rlsconfv3.RateLimitUnit_SECOND))
-	p := start(t, xdsEnv(x.addr, "EXTAUTHZ_XDS_SERVER_USE_TLS=true", "EXTAUTHZ_XDS_SERVER_TLS_CA="+serverCA.WriteFile(t, dir, "server-ca.pem"),
+	x := xdstest.Start(t, "127.0.0.1:0", serverTrusting(oldCA))
+	x.Set(t, xdsNode, "v1", xdstest.GatewayLimit("first-listener", 4, rlsconfv3.RateLimitUnit_SECOND))
+	p := start(t, xdsEnv(x.Addr, "EXTAUTHZ_XDS_SERVER_USE_TLS=true", "EXTAUTHZ_XDS_SERVER_TLS_CA="+serverCA.WriteFile(t, dir, "server-ca.pem"),
 		"EXTAUTHZ_XDS_SERVER_TLS_SAN=xds.example", "EXTAUTHZ_XDS_CLIENT_TLS_CERT="+certPath, "EXTAUTHZ_XDS_CLIENT_TLS_KEY="+keyPath)...)
 	eventually(t, "ready with the first certificate", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
 
@@ -72,9 +73,9 @@ func TestBinaryPresentsARotatedXDSClientCertificate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	x.stop()
-	x2 := startXDS(t, x.addr, serverTrusting(newCA))
-	x2.set(t, "v2", gatewayLimit("first-listener", 8, rlsconfv3.RateLimitUnit_SECOND))
+	x.Stop()
+	x2 := xdstest.Start(t, x.Addr, serverTrusting(newCA))
+	x2.Set(t, xdsNode, "v2", xdstest.GatewayLimit("first-listener", 8, rlsconfv3.RateLimitUnit_SECOND))
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
 	eventually(t, "v2 over the rotated certificate", func() bool {
 		return gatewayStatus(t, client, "first-listener").GetCurrentLimit().GetRequestsPerUnit() == 8

@@ -7,10 +7,13 @@
 package adsclient
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -43,7 +46,9 @@ type Config struct {
 	MaxRecvBytes int
 	// MinBackoff and MaxBackoff bound the pause before reconnecting, which
 	// doubles after each failed stream (with jitter) and starts over after
-	// a stream that delivered a response. Defaults 500ms and 30s.
+	// a stream that delivered a response. Defaults 500ms and 30s. The same
+	// pause, up to maxRefusedPause, paces the answers to a server that
+	// resends a version the client refused.
 	MinBackoff, MaxBackoff time.Duration
 	// Apply takes one response's version and resources. nil means they now
 	// serve (ACK); an error means they were refused and what served before
@@ -61,6 +66,41 @@ type Client struct {
 	// acked is the version last applied, sent on each new stream so that
 	// a server that still has it need not resend.
 	acked string
+	// refused is the last response Apply refused, nil after one it took.
+	refused *refusal
+}
+
+// maxRefusedPause bounds the pause before answering a resent refused
+// version: also how late, at worst, the next good version is taken (the
+// server sends it only once answered).
+const maxRefusedPause = 5 * time.Second
+
+// refusal is a refused response, by content: go-control-plane's snapshot
+// cache (Envoy Gateway's controller) answers a NACK, which names the last
+// good version, with the refused snapshot again at once, so the two sides
+// would loop as fast as the network allows, validating, logging and
+// counting it every time. A resend is answered with the same NACK, without
+// Apply, after a pause that grows.
+type refusal struct {
+	digest [sha256.Size]byte
+	err    error
+	pause  time.Duration
+}
+
+// digest identifies a response's version and resources, in any order (a
+// server may list the same resources in another order each time).
+func digest(resp *discoveryv3.DiscoveryResponse) [sha256.Size]byte {
+	each := make([][sha256.Size]byte, len(resp.GetResources()))
+	for i, r := range resp.GetResources() {
+		each[i] = sha256.Sum256(append([]byte(r.GetTypeUrl()+"\x00"), r.GetValue()...))
+	}
+	slices.SortFunc(each, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	h := sha256.New()
+	h.Write([]byte(resp.GetTypeUrl() + "\x00" + resp.GetVersionInfo() + "\x00"))
+	for _, d := range each {
+		h.Write(d[:])
+	}
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
 // New checks cfg and prepares the connection (nothing is dialled until Run).
@@ -150,24 +190,43 @@ func (c *Client) stream(ctx context.Context) (delivered bool, err error) {
 			return delivered, err
 		}
 		delivered = true
-		if err := s.Send(c.answer(resp)); err != nil {
+		req, wait := c.answer(resp)
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return delivered, ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		if err := s.Send(req); err != nil {
 			return delivered, err
 		}
 	}
 }
 
-// answer applies resp and builds the ACK or NACK for it.
-func (c *Client) answer(resp *discoveryv3.DiscoveryResponse) *discoveryv3.DiscoveryRequest {
-	req := &discoveryv3.DiscoveryRequest{TypeUrl: c.cfg.TypeURL, ResponseNonce: resp.GetNonce()}
-	err := c.apply(resp)
-	if err != nil {
-		req.VersionInfo = c.acked
-		req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
-		return req
+// answer applies resp and builds the ACK or NACK for it, and how long to
+// wait before sending it (a resend of the response last refused).
+func (c *Client) answer(resp *discoveryv3.DiscoveryResponse) (*discoveryv3.DiscoveryRequest, time.Duration) {
+	req := &discoveryv3.DiscoveryRequest{TypeUrl: c.cfg.TypeURL, ResponseNonce: resp.GetNonce(), VersionInfo: c.acked}
+	d := digest(resp)
+	if r := c.refused; r != nil && r.digest == d {
+		r.pause = min(max(2*r.pause, c.cfg.MinBackoff), c.cfg.MaxBackoff, maxRefusedPause)
+		req.ErrorDetail = nackDetail(r.err)
+		return req, r.pause
 	}
+	if err := c.apply(resp); err != nil {
+		c.refused = &refusal{digest: d, err: err}
+		req.ErrorDetail = nackDetail(err)
+		return req, 0
+	}
+	c.refused = nil
 	c.acked = resp.GetVersionInfo()
 	req.VersionInfo = c.acked
-	return req
+	return req, 0
+}
+
+func nackDetail(err error) *status.Status {
+	return &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 }
 
 func (c *Client) apply(resp *discoveryv3.DiscoveryResponse) error {

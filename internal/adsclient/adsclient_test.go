@@ -3,97 +3,31 @@ package adsclient_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/extauthz/extauthz/internal/adsclient"
+	"github.com/extauthz/extauthz/internal/xdstest"
 )
 
 const node = "n1"
 
-// server is go-control-plane's xDS server with a snapshot cache.
-type server struct {
-	addr  string
-	cache cachev3.SnapshotCache
-	grpc  *grpc.Server
-	done  chan struct{}
-
-	mu      sync.Mutex
-	nacks   []string
-	nodes   []*corev3.Node
-	headers []string // x-token values of opened streams
-}
-
-func serve(t *testing.T, addr string, cache cachev3.SnapshotCache) *server {
+// set publishes RateLimitConfig resources named (and with the domain)
+// names as version for node.
+func set(t *testing.T, s *xdstest.Server, version string, names ...string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{addr: ln.Addr().String(), cache: cache, grpc: grpc.NewServer(), done: make(chan struct{})}
-	cb := serverv3.CallbackFuncs{StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
-		md, _ := metadata.FromIncomingContext(ctx)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.headers = append(s.headers, md.Get("x-token")...)
-		return nil
-	}, StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if req.GetNode() != nil {
-			s.nodes = append(s.nodes, req.GetNode())
-		}
-		if req.GetErrorDetail() != nil {
-			s.nacks = append(s.nacks, req.GetErrorDetail().GetMessage())
-		}
-		return nil
-	}}
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(s.grpc, serverv3.NewServer(context.Background(), cache, cb))
-	go func() { _ = s.grpc.Serve(ln); close(s.done) }()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *server) stop() { s.grpc.Stop(); <-s.done }
-
-func (s *server) nacked(substr string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, n := range s.nacks {
-		if strings.Contains(n, substr) {
-			return true
-		}
-	}
-	return false
-}
-
-func set(t *testing.T, cache cachev3.SnapshotCache, version string, names ...string) {
-	t.Helper()
-	var res []types.Resource
+	var res []*rlsconfv3.RateLimitConfig
 	for _, n := range names {
 		res = append(res, &rlsconfv3.RateLimitConfig{Name: n, Domain: n})
 	}
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cache.SetSnapshot(context.Background(), node, snap); err != nil {
-		t.Fatal(err)
-	}
+	s.Set(t, node, version, res...)
 }
 
 // applier keeps what Apply accepted; a resource named "bad" is refused.
@@ -140,12 +74,11 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestClientAcksNacksAndReconnects(t *testing.T) {
 	t.Parallel()
-	cache := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	s := serve(t, "127.0.0.1:0", cache)
-	set(t, cache, "v1", "a")
+	s := xdstest.Start(t, "127.0.0.1:0", nil)
+	set(t, s, "v1", "a")
 	a := &applier{}
 	c, err := adsclient.New(adsclient.Config{
-		Target: s.addr, Node: &corev3.Node{Id: node, Cluster: "rl"}, TypeURL: resource.RateLimitConfigType,
+		Target: s.Addr, Node: &corev3.Node{Id: node, Cluster: "rl"}, TypeURL: resource.RateLimitConfigType,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Apply: a.apply,
 		Headers: map[string]string{"x-token": "secret"}, MaxRecvBytes: 1 << 20,
 	})
@@ -163,32 +96,25 @@ func TestClientAcksNacksAndReconnects(t *testing.T) {
 	}()
 
 	eventually(t, "v1", func() bool { return a.current() == "v1:a" })
-	s.mu.Lock()
-	first := s.nodes[0]
-	s.mu.Unlock()
-	if first.GetId() != node || first.GetCluster() != "rl" {
+	if first := s.FirstNode(); first.GetId() != node || first.GetCluster() != "rl" {
 		t.Errorf("node %v, want id %s cluster rl", first, node)
 	}
-	s.mu.Lock()
-	if len(s.headers) != 1 || s.headers[0] != "secret" {
-		t.Errorf("stream headers x-token %v, want [secret]", s.headers)
+	if h := s.Header("x-token"); len(h) != 1 || h[0] != "secret" {
+		t.Errorf("stream headers x-token %v, want [secret]", h)
 	}
-	s.mu.Unlock()
 
-	set(t, cache, "v2", "a", "bad")
-	eventually(t, "v2 NACKed with the error", func() bool { return s.nacked("resource bad: refused") })
+	set(t, s, "v2", "a", "bad")
+	eventually(t, "v2 NACKed with the error", func() bool { return s.Nacked("resource bad: refused") })
 	if got := a.current(); got != "v1:a" {
 		t.Errorf("after a NACK the applied state is %q, want v1:a", got)
 	}
 
-	set(t, cache, "v3", "a", "b")
+	set(t, s, "v3", "a", "b")
 	eventually(t, "v3", func() bool { return a.current() == "v3:a,b" })
 
 	// The server goes away and comes back on the same address.
-	s.stop()
-	cache2 := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	set(t, cache2, "v4", "c")
-	serve(t, s.addr, cache2)
+	s.Stop()
+	set(t, xdstest.Start(t, s.Addr, nil), "v4", "c")
 	eventually(t, "v4 after the reconnect", func() bool { return a.current() == "v4:c" })
 }
 
@@ -205,4 +131,57 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 			t.Errorf("%s: New accepted it", name)
 		}
 	}
+}
+
+// TestARefusedVersionIsNotRetriedInALoop: go-control-plane's snapshot cache
+// (Envoy Gateway's controller) answers a NACK, which names the last good
+// version, with the refused snapshot again at once. The client validates
+// a refused version once, answers its resends after a growing pause
+// rather than as fast as the network allows, and takes the next good
+// version when it comes.
+func TestARefusedVersionIsNotRetriedInALoop(t *testing.T) {
+	t.Parallel()
+	s := xdstest.Start(t, "127.0.0.1:0", nil)
+	set(t, s, "v1", "a")
+	var mu sync.Mutex
+	applied := map[string]int{}
+	a := &applier{}
+	c, err := adsclient.New(adsclient.Config{
+		Target: s.Addr, Node: &corev3.Node{Id: node}, TypeURL: resource.RateLimitConfigType,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Apply: func(version string, res []*anypb.Any) error {
+			mu.Lock()
+			applied[version]++
+			mu.Unlock()
+			return a.apply(version, res)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	eventually(t, "v1", func() bool { return a.current() == "v1:a" })
+
+	set(t, s, "v2", "a", "bad")
+	eventually(t, "v2 NACKed", func() bool { return s.Nacked("resource bad: refused") })
+	time.Sleep(time.Second) // the time a loop has to show: a paced client NACKs about 10 times
+	nacks := s.Nacks("resource bad: refused")
+	mu.Lock()
+	validated := applied["v2"]
+	mu.Unlock()
+	if validated != 1 {
+		t.Errorf("v2 validated %d times in 1s; a refused version is validated once", validated)
+	}
+	if nacks > 15 {
+		t.Errorf("v2 NACKed %d times in 1s; its resends are answered after a pause growing to 100ms", nacks)
+	}
+	if got := a.current(); got != "v1:a" {
+		t.Errorf("after the NACKs the applied state is %q, want v1:a", got)
+	}
+
+	set(t, s, "v3", "b")
+	eventually(t, "v3 after the refused v2", func() bool { return a.current() == "v3:b" })
 }

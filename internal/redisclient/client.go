@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/internal/certsource"
 )
 
 // DefaultPrefix starts every key of both stores when their Prefix option is
@@ -56,6 +58,11 @@ type Options struct {
 	TLSCAFile string
 	// TLSInsecureSkipVerify disables certificate checks (rediss:// only; for tests).
 	TLSInsecureSkipVerify bool
+	// TLSClientCertFile and TLSClientKeyFile, both set, are the PEM
+	// certificate and key presented to a Redis that requires one
+	// (tls-auth-clients; rediss:// only). They are read at each dial, so
+	// new connections present a rotated pair.
+	TLSClientCertFile, TLSClientKeyFile string
 }
 
 // Defaults for Options.
@@ -195,13 +202,24 @@ func (o Options) timeouts() (dial, read, write time.Duration) {
 // tlsConfig returns the TLS settings beyond what the URL implies, or nil.
 // TLS options with a plain redis:// URL are a mistake worth reporting.
 func (o Options) tlsConfig() (*tls.Config, error) {
-	if o.TLSCAFile == "" && !o.TLSInsecureSkipVerify {
+	clientCert := o.TLSClientCertFile != "" || o.TLSClientKeyFile != ""
+	if o.TLSCAFile == "" && !o.TLSInsecureSkipVerify && !clientCert {
 		return nil, nil
 	}
 	if !strings.HasPrefix(o.URL, "rediss://") {
-		return nil, fmt.Errorf("%w: TLS CA file or insecure-skip-verify set but the URL is not rediss://", ErrConfig)
+		return nil, fmt.Errorf("%w: TLS CA file, client certificate or insecure-skip-verify set but the URL is not rediss://", ErrConfig)
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.TLSInsecureSkipVerify} //nolint:gosec // opt-in, documented for tests
+	if clientCert {
+		if o.TLSClientCertFile == "" || o.TLSClientKeyFile == "" {
+			return nil, fmt.Errorf("%w: a TLS client certificate needs both its certificate and its key file", ErrConfig)
+		}
+		cc, err := certsource.NewClientCert(o.TLSClientCertFile, o.TLSClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		c.GetClientCertificate = cc.Get
+	}
 	if o.TLSCAFile != "" {
 		pem, err := os.ReadFile(o.TLSCAFile)
 		if err != nil {

@@ -12,18 +12,14 @@ import (
 	"time"
 
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/internal/testpki"
+	"github.com/extauthz/extauthz/internal/xdstest"
 )
 
 // egNode is the node id Envoy Gateway gives its rate limit service.
@@ -141,8 +137,8 @@ func egDecide(t *testing.T, client rlsv3.RateLimitServiceClient) *rlsv3.RateLimi
 	defer cancel()
 	resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*commonrlv3.RateLimitDescriptor{{
 		Entries: []*commonrlv3.RateLimitDescriptor_Entry{
-			{Key: "httproute/default/backend/rule/0", Value: "httproute/default/backend/rule/0"},
-			{Key: "rule-0-match-0", Value: "rule-0-match-0"},
+			{Key: xdstest.GatewayRouteKey, Value: xdstest.GatewayRouteKey},
+			{Key: xdstest.GatewayMatchKey, Value: xdstest.GatewayMatchKey},
 		}}}})
 	if err != nil {
 		t.Fatalf("ShouldRateLimit over mutual TLS: %v", err)
@@ -155,26 +151,7 @@ func egDecide(t *testing.T, client rlsv3.RateLimitServiceClient) *rlsv3.RateLimi
 // for egNode, on a loopback port; it returns host:port.
 func serveEGSnapshot(t *testing.T, creds credentials.TransportCredentials) string {
 	t.Helper()
-	limit := &rlsconfv3.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
-		Key: "httproute/default/backend/rule/0", Value: "httproute/default/backend/rule/0",
-		Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "rule-0-match-0", Value: "rule-0-match-0",
-			RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 1, Unit: rlsconfv3.RateLimitUnit_MINUTE}}},
-	}}}
-	snap, err := cachev3.NewSnapshot("1", map[resource.Type][]types.Resource{resource.RateLimitConfigType: {limit}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	if err := cache.SetSnapshot(context.Background(), egNode, snap); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(creds))
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(context.Background(), cache, nil))
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return ln.Addr().String()
+	x := xdstest.Start(t, "127.0.0.1:0", creds)
+	x.Set(t, egNode, "1", xdstest.GatewayLimit("default/eg/http", 1, rlsconfv3.RateLimitUnit_MINUTE))
+	return x.Addr
 }

@@ -34,13 +34,7 @@ descriptors:
 // gRPC health, and decides with the mounted policy.
 func TestImageRunsLockedDown(t *testing.T) {
 	t.Parallel()
-	policy := t.TempDir()
-	if err := os.WriteFile(filepath.Join(policy, "edge.yaml"), []byte(onePerMinute), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(policy, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	policy := onePerMinuteDir(t)
 	flags := append([]string{"-v", policy + ":/etc/extauthz/policy:ro", "-e", "EXTAUTHZ_DRAIN_DELAY=0s"}, lockedDown...)
 	c := runImage(t, flags)
 
@@ -55,19 +49,7 @@ func TestImageRunsLockedDown(t *testing.T) {
 	}
 	checkGRPCHealth(t, c.grpcAddr)
 
-	want := []string{"OK", "OVER_LIMIT"}
-	for i, code := range want {
-		out := mustDocker(t, "exec", c.id, "/usr/local/bin/extauthz", "try", "tenant=acme,route=orders")
-		var answer struct {
-			OverallCode string `json:"overallCode"`
-		}
-		if err := json.Unmarshal([]byte(out), &answer); err != nil {
-			t.Fatalf("try %d: %v\n%s", i+1, err, out)
-		}
-		if answer.OverallCode != code {
-			t.Errorf("try %d: overallCode %q, want %q (the mounted policy allows one a minute)", i+1, answer.OverallCode, code)
-		}
-	}
+	checkOnePerMinute(t, c, "127.0.0.1:9001")
 }
 
 // checkProcess reads the container's main process from the host's /proc:
@@ -120,12 +102,66 @@ func checkGRPCHealth(t *testing.T, addr string) {
 // TestImageStartsAsBinRatelimit starts the image with the command Envoy
 // Gateway gives its rate limit container, /bin/ratelimit: it serves on the
 // peer's ports, gRPC on 8081 and /healthcheck on 8080, where Envoy Gateway
-// sends its traffic and probes.
+// sends its traffic and probes. Each case mounts a policy where the peer
+// would read it (CONFIG_TYPE=FILE, the default): the image's own example
+// policy must not win over it.
 func TestImageStartsAsBinRatelimit(t *testing.T) {
 	t.Parallel()
-	flags := append([]string{"--entrypoint", "/bin/ratelimit", "-e", "EXTAUTHZ_DRAIN_DELAY=0s"}, lockedDown...)
-	c := runImageOn(t, "8081", "8080", "/healthcheck", flags)
-	checkGRPCHealth(t, c.grpcAddr)
+	cases := []struct {
+		name  string
+		mount string   // where the policy directory is mounted
+		env   []string // the peer's variables
+	}{
+		{"peer's default directory", "/srv/runtime_data/current/config", nil},
+		{"RUNTIME_ROOT and RUNTIME_SUBDIRECTORY", "/data/ratelimit/config",
+			[]string{"CONFIG_TYPE=FILE", "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "USE_STATSD=false"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			flags := []string{"--entrypoint", "/bin/ratelimit", "-e", "EXTAUTHZ_DRAIN_DELAY=0s",
+				"-v", onePerMinuteDir(t) + ":" + tc.mount + ":ro"}
+			for _, kv := range tc.env {
+				flags = append(flags, "-e", kv)
+			}
+			c := runImageOn(t, "8081", "8080", "/healthcheck", append(flags, lockedDown...))
+			checkGRPCHealth(t, c.grpcAddr)
+			checkOnePerMinute(t, c, "127.0.0.1:8081")
+		})
+	}
+}
+
+// onePerMinuteDir is a directory holding the onePerMinute policy, readable
+// by the image's user.
+func onePerMinuteDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(onePerMinute), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// checkOnePerMinute asks the container's server on grpcAddr (inside it),
+// through extauthz try, for two decisions on the onePerMinute budget: OK,
+// then OVER_LIMIT proves that policy is the one served.
+func checkOnePerMinute(t *testing.T, c *ctr, grpcAddr string) {
+	t.Helper()
+	for i, code := range []string{"OK", "OVER_LIMIT"} {
+		out := mustDocker(t, "exec", c.id, "/usr/local/bin/extauthz", "try", "-addr", grpcAddr, "tenant=acme,route=orders")
+		var answer struct {
+			OverallCode string `json:"overallCode"`
+		}
+		if err := json.Unmarshal([]byte(out), &answer); err != nil {
+			t.Fatalf("try %d: %v\n%s", i+1, err, out)
+		}
+		if answer.OverallCode != code {
+			t.Errorf("try %d: overallCode %q, want %q (the mounted policy allows one a minute)", i+1, answer.OverallCode, code)
+		}
+	}
 }
 
 // sizeInDocs is how docs/containers.md records the image size.

@@ -57,6 +57,10 @@ type stackOpts struct {
 	// what is decided never gets the failure mode's or Envoy's fail-open
 	// answer instead of Redis's.
 	shippedDeadlines bool
+	// beforeReady, when set, runs after each replica's process started and
+	// before the stack waits for its /readyz (a test of what keeps a
+	// replica out of rotation, and of what brings it in).
+	beforeReady func(r *replica)
 }
 
 // stack is one running Envoy + extauthz replicas + Redis + upstream.
@@ -181,6 +185,9 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 	}
 	r.proc = startProc(s.t, s.dir, name, deps.extauthz, nil, env)
 	s.t.Cleanup(func() { r.stop(5 * time.Second) })
+	if s.opts.beforeReady != nil {
+		s.opts.beforeReady(r)
+	}
 	if err := waitFor(r.proc, 15*time.Second, func() error { return httpOK("http://" + r.httpAddr + "/readyz") }); err != nil {
 		s.t.Fatalf("%s: %v\n%s", name, err, r.tail(50))
 	}
