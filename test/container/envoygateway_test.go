@@ -90,7 +90,7 @@ func TestImageAsEnvoyGatewaysRatelimit(t *testing.T) {
 			run = append(run, "-e", kv)
 		}
 		mustDocker(t, append(run, image.name)...)
-		err := waitOK("http://127.0.0.1:"+strconv.Itoa(httpPort)+"/healthcheck", 60*time.Second)
+		err := waitContainerOK(c.id, "http://127.0.0.1:"+strconv.Itoa(httpPort)+"/healthcheck", 60*time.Second)
 		if err == nil {
 			break
 		}

@@ -57,7 +57,7 @@ func runImageOn(t *testing.T, grpcPort, httpPort, readyPath string, flags []stri
 	mustDocker(t, append(append(run, image.name), args...)...)
 	c.grpcAddr = hostPort(t, c.id, grpcPort+"/tcp")
 	c.httpAddr = hostPort(t, c.id, httpPort+"/tcp")
-	if err := waitOK("http://"+c.httpAddr+readyPath, 60*time.Second); err != nil {
+	if err := waitContainerOK(c.id, "http://"+c.httpAddr+readyPath, 60*time.Second); err != nil {
 		t.Fatalf("container %s: %v", c.id, err)
 	}
 	return c
@@ -72,6 +72,35 @@ func hostPort(t *testing.T, id, port string) string {
 }
 
 var probe = &http.Client{Timeout: 2 * time.Second}
+
+// waitContainerOK is waitOK for a container's own endpoint: it gives up
+// as soon as the container has stopped (a port lost to another test, a
+// refused setting) instead of polling a dead address until timeout.
+func waitContainerOK(id, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for i := 1; ; i++ {
+		err := getOK(url)
+		if err == nil {
+			return nil
+		}
+		if i%10 == 0 && !containerRunning(id) { // about once a second
+			return fmt.Errorf("container %s stopped before %s answered 200: %w", id, url, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting %v for 200 from %s: %w", timeout, url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// containerRunning reports whether the engine says id is running; an
+// engine that cannot be asked counts as running (the deadline decides).
+func containerRunning(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := docker(ctx, "inspect", "-f", "{{.State.Running}}", id)
+	return err != nil || out != "false"
+}
 
 // waitOK polls url until it answers 200 or timeout passes.
 func waitOK(url string, timeout time.Duration) error {
