@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
 )
 
 // ChargedLimit is a limit of an HTTP route charged after the fact (its
@@ -32,7 +33,7 @@ type Charge struct {
 	// Key is whose budget it is: the caller's by default.
 	Key ChargeKey
 	// Lockout, when set, locks a key out once a charge spends its budget.
-	Lockout *Lockout
+	Lockout *lockout.Policy
 
 	statuses statusSet
 }
@@ -80,19 +81,6 @@ type ValueSource struct {
 	// HasDefault.
 	Default    int64
 	HasDefault bool
-}
-
-// Lockout grows a key's lockout on repeated trips.
-type Lockout struct {
-	// Initial is the first lockout.
-	Initial time.Duration
-	// Factor multiplies it on each further trip (default 2, at least 1).
-	Factor float64
-	// Max caps it (default 1h, at least Initial).
-	Max time.Duration
-	// Forget, when set, is how long without a trip before trips are
-	// forgotten; 0 leaves the lockout store's default.
-	Forget time.Duration
 }
 
 // Lockout defaults.
@@ -245,8 +233,8 @@ func (d *decoder) trustedHops(f field) int {
 }
 
 // lockout reads `{initial, factor, max, forget}`.
-func (d *decoder) lockout(f field) *Lockout {
-	l := &Lockout{Factor: DefaultLockoutFactor, Max: DefaultLockoutMax}
+func (d *decoder) lockout(f field) *lockout.Policy {
+	l := &lockout.Policy{Factor: DefaultLockoutFactor, Max: DefaultLockoutMax}
 	var maxField *field
 	hasInitial := false
 	for _, kv := range d.fields(f.node, f.path) {
@@ -272,6 +260,11 @@ func (d *decoder) lockout(f field) *Lockout {
 		d.problem(maxField.line, maxField.path, "must be at least initial (%s), got %s", l.Initial, l.Max)
 	case maxField == nil && l.Max < l.Initial:
 		l.Max = l.Initial
+	}
+	if hasInitial && l.Max >= l.Initial {
+		if err := l.Validate(); err != nil {
+			d.problem(f.line, f.path, "%v", err)
+		}
 	}
 	return l
 }

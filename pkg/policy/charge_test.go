@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
 )
 
 // chargeConfig is the design's YAML of issue 31, as written.
@@ -59,7 +60,7 @@ func TestChargedLimitsParse(t *testing.T) {
 	if addr.Charge.Key != (ChargeKey{Kind: ChargeKeyClientAddress}) {
 		t.Errorf("key %+v, want client_address", addr.Charge.Key)
 	}
-	if l := addr.Charge.Lockout; l == nil || *l != (Lockout{Initial: time.Minute, Factor: 2, Max: time.Hour}) {
+	if l := addr.Charge.Lockout; l == nil || *l != (lockout.Policy{Initial: time.Minute, Factor: 2, Max: time.Hour}) {
 		t.Errorf("lockout %+v", l)
 	}
 	for status, want := range map[int]bool{401: true, 403: true, 400: false, 200: false} {
@@ -146,6 +147,7 @@ func TestChargeValidation(t *testing.T) {
 		{"lockout without initial", lim + "{on_status: [401], lockout: {max: 1h}}}", "rate_limits[0].charge.lockout.initial", "is required"},
 		{"lockout max below initial", lim + "{on_status: [401], lockout: {initial: 1h, max: 1m}}}", "lockout.max", "at least initial"},
 		{"lockout factor", lim + "{on_status: [401], lockout: {initial: 1m, factor: 0.5}}}", "lockout.factor", "from 1 to 1000"},
+		{"lockout max too long", lim + "{on_status: [401], lockout: {initial: 1m, max: 9000h}}}", "rate_limits[0].charge.lockout", "above"},
 		{"lockout bad duration", lim + "{on_status: [401], lockout: {initial: soon}}}", "lockout.initial", "positive duration"},
 		{"unknown charge field", lim + "{on_status: [401], on_stauts: [403]}}", "rate_limits[0].charge.on_stauts", "unknown field"},
 		{"duplicate name", route + "{name: n, requests_per_unit: 5, unit: minute, charge: {on_status: [401]}}\n        - {name: n, requests_per_unit: 9, unit: hour, charge: {on_status: [403]}}",
