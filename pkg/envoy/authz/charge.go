@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -87,8 +85,9 @@ func (c *charger) checkLockouts(ctx context.Context, p chargePlan) (*reply, erro
 		case left > 0:
 			c.metrics.lockout(p.route, name, LockoutRefused)
 			c.metrics.check(p.route, name, ChargeCheckLocked)
-			secs := max(envoy.CeilSeconds(left), 1)
-			return withHeaders(problemLockedOut(name), []*corev3.HeaderValue{{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)}}), nil
+			r := problemLockedOut(name)
+			r.headers = append(r.headers, retryAfter(left))
+			return r, nil
 		}
 	}
 	return nil, nil

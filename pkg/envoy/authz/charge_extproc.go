@@ -132,7 +132,7 @@ func (st *procStream) chargeResponseHeaders(h *extprocv3.HttpHeaders) {
 			pc.entry.limit = nil // done
 		case c.Cost.Header != "":
 			n, ok := headerCost(hs, c.Cost.Header)
-			st.chargeCost(pc, n, ok)
+			st.chargeCost(run.route, pc, n, ok)
 		case c.Cost.JSONField != "" && !h.GetEndOfStream():
 			pc.read = true
 			if isEventStream(ct) {
@@ -192,14 +192,14 @@ func (st *procStream) endChargeBody() {
 		}
 		if pc.sse != nil {
 			pc.sse.end()
-			st.chargeCost(pc, pc.sse.cost, pc.sse.found)
+			st.chargeCost(run.route, pc, pc.sse.cost, pc.sse.found)
 			continue
 		}
 		n, ok := int64(0), false
 		if !pc.over {
 			n, ok = jsonCost(pc.body, pc.entry.limit.Charge.Cost.JSONField)
 		}
-		st.chargeCost(pc, n, ok)
+		st.chargeCost(run.route, pc, n, ok)
 	}
 	run.prune()
 }
@@ -216,7 +216,7 @@ func (st *procStream) chargeResponseTrailers(t *extprocv3.HttpTrailers) {
 	for _, pc := range run.pending {
 		if c := pc.entry.limit.Charge.Cost; c != nil && c.Trailer != "" {
 			n, ok := headerCost(hs, c.Trailer)
-			st.chargeCost(pc, n, ok)
+			st.chargeCost(run.route, pc, n, ok)
 		}
 	}
 	st.settleCharges()
@@ -234,7 +234,7 @@ func (st *procStream) settleCharges() {
 	st.charging = nil
 	for _, pc := range run.pending {
 		if pc.entry.limit != nil && pc.entry.limit.Charge.Cost != nil {
-			st.chargeCost(pc, 0, false)
+			st.chargeCost(run.route, pc, 0, false)
 		}
 	}
 }
@@ -242,18 +242,18 @@ func (st *procStream) settleCharges() {
 // chargeCost charges a cost limit the cost found (ok), less its
 // reservation; a missing cost charges the default less the reservation,
 // or nothing.
-func (st *procStream) chargeCost(pc *pendingCharge, cost int64, ok bool) {
+func (st *procStream) chargeCost(route string, pc *pendingCharge, cost int64, ok bool) {
 	e := pc.entry
 	src := e.limit.Charge.Cost
 	pc.entry.limit, pc.read = nil, false // done
 	if !ok {
-		st.s.charges.metrics.charged(st.charging.route, e.limit.Limit.Name, ChargeKindCost, ChargeMissing, 0)
+		st.s.charges.metrics.charged(route, e.limit.Limit.Name, ChargeKindCost, ChargeMissing, 0)
 		if !src.HasDefault {
 			return
 		}
 		cost = src.Default
 	}
-	st.s.charges.charge(st.ctx, st.charging.route, e, cost-e.reserved)
+	st.s.charges.charge(st.ctx, route, e, cost-e.reserved)
 }
 
 // prune drops the limits already charged.
