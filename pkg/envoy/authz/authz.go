@@ -72,7 +72,9 @@ func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies envoy.Pol
 	}
 	o := newIdemOptions(opts)
 	events.syncRoutes(httpPolicy(policies.Current()))
-	return &Authz{limits: limits, inFlight: o.inFlight, charges: o.charger(limits), gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics}, nil
+	charges := o.charger(limits)
+	charges.metrics.syncPolicy(httpPolicy(policies.Current()))
+	return &Authz{limits: limits, inFlight: o.inFlight, charges: charges, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).
@@ -97,6 +99,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	}
 	h := httpPolicy(s.policies.Current())
 	s.gate.events.syncRoutes(h)
+	s.charges.metrics.syncPolicy(h)
 	route := h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath())
 	if route == nil {
 		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeNoMatch)

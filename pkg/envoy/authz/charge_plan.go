@@ -139,17 +139,9 @@ func reservation(c *policy.ChargedLimit, hs headerList) int64 {
 // needsBody reports whether a route's charged limits read the request
 // body for a key.
 func needsBody(route *policy.Route) bool {
-	lists := [][]*policy.ChargedLimit{route.Charged}
-	if route.Tiers != nil {
-		for _, l := range route.Tiers.Charged {
-			lists = append(lists, l)
-		}
-	}
-	for _, l := range lists {
-		for _, c := range l {
-			if c.Charge.Key.NeedsBody() {
-				return true
-			}
+	for _, c := range allCharged(route) {
+		if c.Charge.Key.NeedsBody() {
+			return true
 		}
 	}
 	return false

@@ -67,7 +67,9 @@ func NewExtProc(idem idempotency.Store, policies envoy.PolicySource, metrics *en
 	}
 	o := newIdemOptions(opts)
 	events.syncRoutes(httpPolicy(policies.Current()))
-	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics, opts: o, charges: o.charger(nil)}, nil
+	charges := o.charger(nil)
+	charges.metrics.syncPolicy(httpPolicy(policies.Current()))
+	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics, opts: o, charges: charges}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).

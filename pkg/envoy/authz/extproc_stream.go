@@ -59,6 +59,7 @@ type pendingBegin struct {
 func newProcStream(ctx context.Context, s *ExtProc) *procStream {
 	pol := httpPolicy(s.policies.Current())
 	s.gate.events.syncRoutes(pol)
+	s.charges.metrics.syncPolicy(pol)
 	return &procStream{s: s, ctx: ctx, pol: pol, attrs: map[string]*structpb.Value{}}
 }
 
