@@ -62,7 +62,8 @@ type Policy struct {
 	// Max caps the lockout: at least Initial, at most MaxDuration.
 	Max time.Duration
 	// Forget is how long after its latest lockout ends a key's trips are
-	// forgotten if it trips no more; 0 means 2*Max. At most MaxDuration.
+	// forgotten if it trips no more; 0 means 2*Max. Else at least 1ms and
+	// at most MaxDuration.
 	Forget time.Duration
 }
 
@@ -98,6 +99,8 @@ func (p Policy) Validate() error {
 	switch {
 	case p.Forget < 0:
 		bad("forget %v is negative", p.Forget)
+	case p.Forget > 0 && p.Forget < time.Millisecond:
+		bad("forget %v is below 1ms (0 means 2*max)", p.Forget)
 	case p.Forget > MaxDuration:
 		bad("forget %v is above %v", p.Forget, MaxDuration)
 	}

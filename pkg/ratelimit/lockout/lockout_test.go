@@ -28,6 +28,7 @@ func TestValidate(t *testing.T) {
 		{"max below initial", lockout.Policy{Initial: time.Hour, Factor: 2, Max: time.Minute}, []string{"max"}},
 		{"max too long", lockout.Policy{Initial: time.Hour, Factor: 2, Max: 400 * 24 * time.Hour}, []string{"max"}},
 		{"negative forget", lockout.Policy{Initial: time.Minute, Factor: 2, Max: time.Hour, Forget: -time.Second}, []string{"forget"}},
+		{"sub-millisecond forget", lockout.Policy{Initial: time.Minute, Factor: 2, Max: time.Hour, Forget: time.Microsecond}, []string{"forget"}},
 		{"forget too long", lockout.Policy{Initial: time.Minute, Factor: 2, Max: time.Hour, Forget: 400 * 24 * time.Hour}, []string{"forget"}},
 	} {
 		err := c.p.Validate()
