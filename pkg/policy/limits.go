@@ -43,7 +43,9 @@ type limitSpec struct {
 	unlimited bool
 	blocked   bool // requests_per_unit: 0
 	replaces  []ref
-	ok        bool // no problem was found in it
+	// chargeOver is charge_over_limit (see Rule.ChargeOverLimit).
+	chargeOver bool
+	ok         bool // no problem was found in it
 }
 
 // limit parses and validates one limit mapping.
@@ -63,12 +65,17 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 		case "replaces":
 			d.placeAllows(kv, place == inRoute, "replaces is only allowed in descriptors")
 			spec.replaces = d.replaces(kv)
+		case "charge_over_limit":
+			d.placeAllows(kv, place == inRoute,
+				"charge_over_limit is only allowed in descriptors (an HTTP route's limit takes charge)")
+			kvs[kv.key] = kv // only to report it beside unlimited
+			spec.chargeOver = d.boolean(kv)
 		default:
 			d.unknown(kv)
 		}
 	}
 	if spec.unlimited {
-		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst", "consistency"} {
+		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst", "consistency", "charge_over_limit"} {
 			if kv, ok := kvs[k]; ok {
 				d.problem(kv.line, kv.path, "must not be set when unlimited is true")
 			}
