@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
 	"time"
@@ -54,6 +53,16 @@ func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
 	return res, s, err
 }
 
+// DecideCharge is Decide under a charge mode (see ChargeMode): with
+// ChargeNever the returned state is s itself, with ChargeAlways it is the
+// state after the charge whatever the Result, and a caller stores it for
+// every limit of the request (unless hits is 0).
+func DecideCharge(l Limit, now int64, s State, hits int64, m ChargeMode) (Result, State, error) {
+	var res Result
+	err := s.ApplyCharge(&res, &l, now, hits, m)
+	return res, s, err
+}
+
 // Apply is Decide in place, for a store holding the state of a
 // single-limit request: when the hits are admitted and hits > 0, *s becomes
 // the next state. Otherwise *s keeps deciding as before: hits == 0 leaves it
@@ -72,19 +81,32 @@ func (s *State) Apply(l Limit, now int64, hits int64) (Result, error) {
 // stalls the CPU (a failed store-to-load forward), several times per
 // decision. *res is written when the error is nil and left alone otherwise.
 func (s *State) ApplyTo(res *Result, l *Limit, now int64, hits int64) error {
+	return s.ApplyCharge(res, l, now, hits, ChargeIfAdmitted)
+}
+
+// ApplyCharge is ApplyTo under a charge mode: ChargeNever leaves *s as
+// hits == 0 does, ChargeAlways makes *s the state after the charge whatever
+// the Result (see ChargeMode).
+func (s *State) ApplyCharge(res *Result, l *Limit, now, hits int64, m ChargeMode) error {
 	if !l.valid() {
 		return l.Validate() // builds the error; valid is its fast, inlined twin
 	}
-	if hits < 0 {
-		return fmt.Errorf("%w: %d is negative", ErrInvalidHits, hits)
+	if hits < 0 || m != ChargeIfAdmitted {
+		if err := CheckCharge(hits, m); err != nil {
+			return err
+		}
 	}
 	var check State
-	if hits == 0 { // a check writes nothing, not even an equivalent state
+	if hits == 0 || m == ChargeNever { // a check writes nothing, not even an equivalent state
 		check = *s
 		s = &check
 	}
 	if s.Expires <= now {
 		*s = State{}
+	}
+	if m == ChargeAlways {
+		*res = chargeAlways(l, now, s, hits)
+		return nil
 	}
 	// Each algorithm replaces *s by the next state when it admits and
 	// leaves it alone when it denies.

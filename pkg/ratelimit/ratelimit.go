@@ -187,14 +187,69 @@ type Request struct {
 	// Limits all apply to Key; at least one, no two with the same
 	// algorithm and period.
 	Limits []Limit
-	// Hits is the cost of the request; 0 checks without consuming.
+	// Hits is the cost of the request; 0 checks without consuming. It may
+	// be negative (a refund) only when Charge is ChargeAlways.
 	Hits int64
+	// Charge says when Hits are charged; the zero value is
+	// ChargeIfAdmitted, the all-or-none charge described above.
+	Charge ChargeMode
 	// Lease, when its Holder is set, marks the charge of an allotment
 	// lease (package allotment) of one limit. A store that can be reset
 	// while leases are outstanding records what the holder may still use
 	// of that limit, so that its Reset keeps those tokens charged; other
 	// stores ignore it.
 	Lease Lease
+}
+
+// ChargeMode says when a Request's Hits are charged.
+type ChargeMode uint8
+
+// The charge modes. The zero value is ChargeIfAdmitted.
+const (
+	// ChargeIfAdmitted charges Hits only when every limit admits them (the
+	// default).
+	ChargeIfAdmitted ChargeMode = iota
+	// ChargeNever decides as if charging Hits and writes nothing: the check
+	// of a budget whose charge comes later (Hits 1: "is anything left?").
+	ChargeNever
+	// ChargeAlways charges Hits to every limit whatever it decides: a cost
+	// known only after the request ran. Negative Hits refund, never below
+	// the empty state. Result.Allowed says whether the state after the
+	// charge is within the limit; Remaining is what is left after it (0 when
+	// over); RetryAfter, when over, the time until one hit would be
+	// admitted again. See docs/algorithms.md for each algorithm.
+	ChargeAlways
+)
+
+// Valid reports whether m names a charge mode.
+func (m ChargeMode) Valid() bool { return m <= ChargeAlways }
+
+// String returns m's name, as docs and metrics spell it.
+func (m ChargeMode) String() string {
+	switch m {
+	case ChargeIfAdmitted:
+		return "if_admitted"
+	case ChargeNever:
+		return "never"
+	case ChargeAlways:
+		return "always"
+	}
+	return fmt.Sprintf("ChargeMode(%d)", uint8(m))
+}
+
+// CheckCharge reports what is wrong with charging hits in mode m, or nil:
+// an unknown mode, or negative hits outside ChargeAlways. Both wrap
+// ErrInvalidHits (how to charge is part of the hits' meaning), so every
+// wrapper that tells a caller's mistake from a store failure by that
+// sentinel keeps doing so.
+func CheckCharge(hits int64, m ChargeMode) error {
+	switch {
+	case !m.Valid():
+		return fmt.Errorf("%w: unknown charge mode %d", ErrInvalidHits, uint8(m))
+	case hits < 0 && m != ChargeAlways:
+		return fmt.Errorf("%w: %d is negative (only ChargeAlways refunds)", ErrInvalidHits, hits)
+	}
+	return nil
 }
 
 // Lease describes who charges a Request to lease tokens, and what it
@@ -231,7 +286,8 @@ type Store interface {
 var (
 	// ErrInvalidLimit means a Limit failed validation.
 	ErrInvalidLimit = errors.New("invalid limit")
-	// ErrInvalidHits means a negative hit count.
+	// ErrInvalidHits means a negative hit count outside ChargeAlways, or
+	// an unknown ChargeMode.
 	ErrInvalidHits = errors.New("invalid hits")
 	// ErrClosed means the store was used after Close.
 	ErrClosed = errors.New("store closed")

@@ -16,7 +16,9 @@ func (s *Store) locate(key string) (*shard, uint64) {
 }
 
 // decide evaluates every limit of r against the current states, writing
-// one Result per limit into res, and charges them all only if all admit.
+// one Result per limit into res, and charges them as r.Charge says: all of
+// them only if all admit (ChargeIfAdmitted), all whatever they decide
+// (ChargeAlways), none (ChargeNever).
 func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (bool, error) {
 	sh, h := s.locate(r.Key)
 	sh.mu.Lock()
@@ -36,14 +38,14 @@ func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (
 		if e != nil {
 			cur = e.st
 		}
-		rr, next, err := ratelimit.Decide(l, now, cur, r.Hits)
+		rr, next, err := ratelimit.DecideCharge(l, now, cur, r.Hits, r.Charge)
 		if err != nil {
 			return false, err
 		}
 		res[i], allowed = rr, allowed && rr.Allowed
 		ents, nexts = append(ents, e), append(nexts, next)
 	}
-	if !allowed || r.Hits == 0 {
+	if !charges(r, allowed) {
 		return allowed, nil
 	}
 	// Existing states first: an insertion may reclaim or evict entries, and
@@ -56,12 +58,25 @@ func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (
 		}
 	}
 	for i, e := range ents {
-		if e == nil {
+		if e == nil && nexts[i].Expires > now { // a refund of nothing stores nothing
 			id := identOf(r.Key, r.Limits[i])
 			sh.insert(h^salt(id), id, nexts[i], now)
 		}
 	}
-	return true, nil
+	return allowed, nil
+}
+
+// charges reports whether r's decision writes its next states: a
+// ChargeAlways always does, a ChargeIfAdmitted only when every limit
+// admitted, a ChargeNever (or a request of no hits) never.
+func charges(r ratelimit.Request, allowed bool) bool {
+	switch {
+	case r.Hits == 0 || r.Charge == ratelimit.ChargeNever:
+		return false
+	case r.Charge == ratelimit.ChargeAlways:
+		return true
+	}
+	return allowed
 }
 
 // validateRequest checks what Decide cannot see: the request as a whole.
@@ -69,8 +84,8 @@ func validateRequest(r ratelimit.Request) error {
 	if len(r.Limits) == 0 {
 		return fmt.Errorf("%w: a request needs at least one limit", ratelimit.ErrInvalidLimit)
 	}
-	if r.Hits < 0 {
-		return fmt.Errorf("%w: %d is negative", ratelimit.ErrInvalidHits, r.Hits)
+	if err := ratelimit.CheckCharge(r.Hits, r.Charge); err != nil {
+		return err
 	}
 	for i, l := range r.Limits {
 		if err := l.Validate(); err != nil {

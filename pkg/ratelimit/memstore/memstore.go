@@ -166,7 +166,7 @@ func (s *Store) allowLocked(sh *shard, h uint64, id ident, l *ratelimit.Limit, n
 }
 
 // AllowBatch decides each request in order: the limits of one request all
-// admit and are all charged, or none is. An invalid request (no limits, an
+// admit and are all charged, or none is (or as its Charge mode says). An invalid request (no limits, an
 // invalid limit, two limits with the same algorithm and period, negative
 // hits) fails the whole batch before anything is charged.
 func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
