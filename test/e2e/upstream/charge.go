@@ -15,7 +15,7 @@ import (
 // fact (issue 31): a login route limited by its failures, and budgets
 // charged by what a reply cost.
 //
-//	POST /login                   {"username": "u", "password": "p"} (JSON
+//	POST /login[/...]             {"username": "u", "password": "p"} (JSON
 //	                              or form-encoded): 200 when the password is
 //	                              Password, else 401
 //	X-Upstream-Usage: 300         the reply reports a usage of 300 tokens,

@@ -45,6 +45,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,7 +184,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.enter(r.Header.Get(HeaderTenant))()
-	if r.URL.Path == LoginPath {
+	if strings.HasPrefix(r.URL.Path, LoginPath) {
 		s.count(r)
 		serveLogin(w, r)
 		return
