@@ -6,6 +6,7 @@ import (
 
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/extauthz/extauthz/pkg/envoy/internal/envoytest"
@@ -100,5 +101,34 @@ descriptors:
 	c := e.store.Calls()[0]
 	if c[0].Charge != ratelimit.ChargeAlways || c[1].Charge != ratelimit.ChargeIfAdmitted {
 		t.Errorf("charge modes %v %v, want always and if_admitted", c[0].Charge, c[1].Charge)
+	}
+}
+
+// TestRLSChargeOverLimitWithOverride: a limit override sent by Envoy on a
+// charge_over_limit rule is charged the rule's way (the rule says how its
+// descriptor is charged; the override only changes how much it may take).
+func TestRLSChargeOverLimitWithOverride(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, `
+domain: ai
+descriptors:
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 1000, charge_over_limit: true}
+`)
+	desc := func(h uint64) *rlsv3.RateLimitRequest {
+		d := envoytest.Desc("tokens", "t1")
+		d.HitsAddend = wrapperspb.UInt64(h)
+		d.Limit = &commonrlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_MINUTE}
+		return envoytest.Request("ai", d)
+	}
+	if resp := e.call(t, desc(12)); resp.GetOverallCode() != codeOver {
+		t.Fatalf("12 of an override of 10: %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	if resp := e.call(t, desc(0)); resp.GetOverallCode() != codeOver {
+		t.Errorf("check after 12 of 10 were charged: %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	calls := e.store.Calls()
+	if c0, c1 := calls[0][0], calls[1][0]; c0.Charge != ratelimit.ChargeAlways || c1.Charge != ratelimit.ChargeNever || c1.Hits != 1 {
+		t.Errorf("store requests %v/%d and %v/%d, want always/12 and never/1", c0.Charge, c0.Hits, c1.Charge, c1.Hits)
 	}
 }
