@@ -25,7 +25,8 @@ type State struct {
 	Count int64
 	// Prev is, for sliding_window, the hits counted in Window-1.
 	Prev int64
-	// Log holds sliding_log's admitted hits, oldest first. A State returned
+	// Log holds sliding_log's admitted (or forcibly charged) hits, oldest
+	// first. A State returned
 	// by Decide may share Log's memory with the State passed in: store at
 	// most one of the States computed from the same input.
 	Log []LogRun

@@ -165,7 +165,8 @@ func (l *Limit) valid() bool {
 
 // Result is the outcome of one limit for one request.
 type Result struct {
-	// Allowed is true when the hits were admitted by this limit.
+	// Allowed is true when the hits were admitted by this limit (for a
+	// ChargeAlways request: when the state after the charge is within it).
 	Allowed bool
 	// Limit is the quota reported to clients: Requests (Burst for GCRA when larger).
 	Limit int64
@@ -175,12 +176,13 @@ type Result struct {
 	// or a full bucket).
 	ResetAfter time.Duration
 	// RetryAfter is, when not allowed, the time until the same hits could be
-	// admitted; zero when allowed.
+	// admitted (for a ChargeAlways request: until one hit could be); zero
+	// when allowed.
 	RetryAfter time.Duration
 }
 
 // Request is one decision over one key: every limit in Limits must admit
-// Hits, or none of them is charged.
+// Hits, or none of them is charged (unless Charge says otherwise).
 type Request struct {
 	// Key identifies the caller; build it with Key.
 	Key string

@@ -24,11 +24,18 @@ func (s *Store) askInner(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 	return d, true, err
 }
 
-// kind says how a request is decided: leased (it charges hits and has an
-// allotment limit), checked (Hits 0 with an allotment limit: on the inner
-// store, then the tokens held here are added), or plain. One scan of the
-// limits; requests without allotment limits cost nothing more.
+// kind says how a request is decided: leased (it charges hits if admitted
+// and has an allotment limit), checked (Hits 0 with an allotment limit: on
+// the inner store, then the tokens held here are added), or plain. One scan
+// of the limits; requests without allotment limits cost nothing more. A
+// request of another charge mode is plain: a check of hits (ChargeNever)
+// or a charge whatever the outcome (ChargeAlways) goes to the shared store
+// as it is, which is exact, and cannot come from a slice, whose tokens are
+// only ever admitted hits.
 func kind(r ratelimit.Request) (leased, checked bool) {
+	if r.Charge != ratelimit.ChargeIfAdmitted {
+		return false, false
+	}
 	for i := range r.Limits {
 		if r.Limits[i].Consistency == ratelimit.Allotment {
 			return r.Hits > 0, r.Hits == 0

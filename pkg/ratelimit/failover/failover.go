@@ -301,8 +301,8 @@ func (s *Store) degraded(ctx context.Context, reqs []ratelimit.Request, reason s
 func (s *Store) denyAll(reqs []ratelimit.Request) ([]ratelimit.Decision, error) {
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, r := range reqs {
-		if r.Hits < 0 {
-			return nil, fmt.Errorf("request %d: %w: %d", i, ratelimit.ErrInvalidHits, r.Hits)
+		if err := ratelimit.CheckCharge(r.Hits, r.Charge); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
 		res := make([]ratelimit.Result, len(r.Limits))
 		for j, l := range r.Limits {

@@ -17,7 +17,10 @@
 // denials alone are not remembered); the clock
 // is read before the store is asked, so the entry never outlives the store's
 // own answer. Denials an inner store made without its backend (package
-// failover's fallback while Redis is down) are not remembered.
+// failover's fallback while Redis is down) are not remembered. Charges
+// (ratelimit.ChargeAlways) always reach the store; a refund, the one thing
+// that makes a key admit sooner, forgets the same request's remembered
+// denial (see remember).
 package overlimit
 
 import (
@@ -108,6 +111,10 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 	var out []ratelimit.Decision // made at the first remembered denial
 	var miss []int
 	for i, r := range reqs {
+		if r.Charge == ratelimit.ChargeAlways { // a charge must land, denied or not
+			miss = append(miss, i)
+			continue
+		}
 		if d, ok := s.cache.get(entryIDOf(r), r.Hits, now); ok {
 			if out == nil {
 				out = make([]ratelimit.Decision, len(reqs))
@@ -133,9 +140,7 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 		return nil, err
 	}
 	for j, i := range miss {
-		if authoritative && !got[j].Allowed {
-			s.cache.put(entryIDOf(reqs[i]), reqs[i].Hits, got[j], reqs[i].Limits, now)
-		}
+		s.remember(reqs[i], got[j], authoritative, now)
 	}
 	if out == nil { // nothing remembered: the inner store's answer is the whole answer
 		return got, nil
@@ -144,6 +149,22 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 		out[i] = got[j]
 	}
 	return out, nil
+}
+
+// remember records what r's decision d teaches the cache. A denial is
+// remembered when the store made it (authoritative), except a forced
+// charge's: ChargeAlways reports the state after its charge, not a denial
+// of its hits. A refund forgets the remembered denial of the same request,
+// which it may have made wrong; one made through another replica is seen
+// here when the remembered denial ends, at most its RetryAfter later.
+func (s *Store) remember(r ratelimit.Request, d ratelimit.Decision, authoritative bool, now time.Time) {
+	switch {
+	case r.Charge == ratelimit.ChargeAlways && r.Hits < 0:
+		s.cache.forget(entryIDOf(r))
+	case r.Charge == ratelimit.ChargeAlways, !authoritative, d.Allowed:
+	default:
+		s.cache.put(entryIDOf(r), r.Hits, d, r.Limits, now)
+	}
 }
 
 // sourced is implemented by an inner store that may answer without its

@@ -54,7 +54,7 @@ type call struct {
 	// call alive; whoever keeps one past the request copies its results
 	// (package overlimit does).
 	oneKey    [1]string
-	oneArgs   [argFirstLimit + limitArgs]any
+	oneArgs   [argFirstLimit + limitArgs + 1]any // + 1: a charge mode
 	oneResult [1]ratelimit.Result
 }
 

@@ -2,10 +2,15 @@
 --
 -- KEYS[i] holds the state of limit i; all keys share one hash tag, so the
 -- script runs unchanged on Redis Cluster.
--- ARGV[1] = hits (>= 0; 0 checks without charging)
+-- ARGV[1] = hits (0 checks without charging; negative only when charging
+--           always: a refund)
 -- ARGV[2] = now in microseconds, or "" to read Redis's clock (production
 --           always sends ""; a fixed instant is for tests only)
 -- ARGV[3 + 4*(i-1) .. 6 + 4*(i-1)] = algorithm code, requests, period (us), burst
+-- ARGV[3 + 4*#KEYS] = charge mode, optional: absent or 0 charges the hits
+--           only when every limit admits them, 1 never charges them, 2
+--           charges them to every limit whatever it decides (see
+--           ratelimit.ChargeMode; the "always" branches mirror charge.go)
 -- The layout and the algorithm codes are mirrored by constants in script.go:
 -- change both together.
 --
@@ -21,6 +26,8 @@ local function floor(n) return math.floor(n) end
 local function max(a, b) if a > b then return a end return b end
 
 local hits = tonumber(ARGV[1])
+local CHARGE_NEVER, CHARGE_ALWAYS = 1, 2
+local charge = tonumber(ARGV[3 + 4 * #KEYS]) or 0
 local now
 -- Fixed instants (tests) move only when the test says so, while Redis
 -- expires keys by its real clock: keys then live at least an hour. Every
@@ -47,12 +54,29 @@ local deciders = {}
 
 -- >>> alg gcra
 -- gcra: one string, the theoretical arrival time (TAT) in microseconds.
+
+-- gcraAlways moves TAT by hits whatever the outcome, never before now.
+local function gcraAlways(key, r, b, t, dvt, tat)
+  local newTat = max(tat + hits * t, now)
+  local used = newTat - now
+  local allowed, retry = 1, 0
+  if used > dvt then allowed, retry = 0, newTat + t - dvt - now end
+  return {allowed, max(r, b), max(floor((dvt - used) / t), 0), used, retry}, function()
+    if used > 0 then
+      redis.call('SET', key, fmt(newTat), 'PX', ms(used))
+    else
+      redis.call('DEL', key)
+    end
+  end
+end
+
 local function gcra(key, r, p, b)
   if b == 0 then b = r end
   local t = max(floor(p / r), 1)
   local dvt = t * b
   local tat = tonumber(redis.call('GET', key)) or now
   tat = max(tat, now)
+  if charge == CHARGE_ALWAYS then return gcraAlways(key, r, b, t, dvt, tat) end
   local newTat = tat + hits * t
   local allowAt = newTat - dvt
   local limit = max(r, b)
@@ -92,6 +116,16 @@ local function fixedWindow(key, r, p)
   local c = 0
   if sw == w then c = tonumber(got[2]) or 0 end
   local windowEnd = (w + 1) * p
+  if charge == CHARGE_ALWAYS then
+    c = max(c + hits, 0)
+    local allowed, retry = 1, 0
+    if c > r then allowed, retry = 0, windowEnd - at end
+    return {allowed, r, max(r - c, 0), windowEnd - at, retry}, function()
+      if c == 0 then return redis.call('DEL', key) end
+      redis.call('HSET', key, F_WINDOW, fmt(w), F_COUNT, fmt(c))
+      redis.call('PEXPIRE', key, ms(windowEnd - now))
+    end
+  end
   if c + hits > r then
     return {0, r, max(r - c, 0), windowEnd - at, windowEnd - at}, nil
   end
@@ -125,16 +159,29 @@ local function slidingWindow(key, r, p)
     if prev > 0 then return p - elapsed end
     return 0
   end
-  if est + hits > r then
-    local retry
-    if hits > r then
-      retry = 2 * p - elapsed
-    elseif r - cur - hits >= 0 and prev > 0 then
-      retry = max(math.ceil(p - (r - cur - hits) * p / prev) - elapsed, 1)
-    else
-      retry = (p - elapsed) + max(math.ceil(p - (r - hits) * p / cur), 0)
+  local function retryAfter(h)
+    if h > r then
+      return 2 * p - elapsed
+    elseif r - cur - h >= 0 and prev > 0 then
+      return max(math.ceil(p - (r - cur - h) * p / prev) - elapsed, 1)
     end
-    return {0, r, max(r - est, 0), reset(cur), retry}, nil
+    return (p - elapsed) + max(math.ceil(p - (r - h) * p / cur), 0)
+  end
+  if charge == CHARGE_ALWAYS then
+    -- A refund takes from this window first, then from the previous one.
+    cur = cur + hits
+    if cur < 0 then prev, cur = max(prev + cur, 0), 0 end
+    est = floor(prev * (p - elapsed) / p) + cur
+    local allowed, retry = 1, 0
+    if est > r then allowed, retry = 0, retryAfter(1) end
+    return {allowed, r, max(r - est, 0), reset(cur), retry}, function()
+      if cur == 0 and prev == 0 then return redis.call('DEL', key) end
+      redis.call('HSET', key, F_WINDOW, fmt(w), F_COUNT, fmt(cur), F_PREV, fmt(prev))
+      redis.call('PEXPIRE', key, ms((w + 2) * p - now))
+    end
+  end
+  if est + hits > r then
+    return {0, r, max(r - est, 0), reset(cur), retryAfter(hits)}, nil
   end
   return {1, r, r - est - hits, reset(cur + hits), 0}, function()
     redis.call('HSET', key, F_WINDOW, fmt(w), F_COUNT, fmt(cur + hits), F_PREV, fmt(prev))
@@ -147,15 +194,65 @@ deciders[3] = slidingWindow
 -- >>> alg sliding_log
 -- sliding_log: a sorted set of admitted hits scored by their time; members
 -- "<now>#<index>" are unique per key without any global counter: index
--- counts on from the members already at this exact instant (a clock that
--- stepped back can return to one). Those members only ever leave together
--- (pruning is by score), so the indices at one instant are 0, 1, 2, ... and
--- a new one never names an existing member, which ZADD would only rescore.
--- Members written as "<now>:<index>" (before this scheme, index counted from
--- the live entries and could repeat) never collide with these.
+-- counts on from the highest index already at this exact instant (a clock
+-- that stepped back can return to one), so a new member never names an
+-- existing one, which ZADD would only rescore. Not from how many there are:
+-- forced charges (charging always) trim and refund by rank, which can leave
+-- gaps in the indices at one instant. Members written as "<now>:<index>"
+-- (an older scheme) never collide with these.
+local function addHits(key, k)
+  local score = fmt(now)
+  local first = 0
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, score, score)) do
+    local i = tonumber(string.match(m, '#(%d+)$'))
+    if i ~= nil and i >= first then first = i + 1 end
+  end
+  -- ZADD in chunks: unpack() is bounded by the Lua C stack.
+  local i = 0
+  while i < k do
+    local args = {}
+    local stop = math.min(i + 500, k)
+    while i < stop do
+      args[#args + 1] = score
+      args[#args + 1] = score .. '#' .. fmt(first + i)
+      i = i + 1
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+
+-- slidingLogAlways logs hits at now whatever the outcome and keeps the
+-- newest r (no decision looks further back); a refund removes the newest.
+-- It writes at once: charging always, the final loop would anyway.
+local function slidingLogAlways(key, r, p, floorScore, n)
+  local total = max(n + hits, 0)
+  if hits ~= 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p))
+    if hits > 0 then
+      addHits(key, math.min(hits, r))
+      redis.call('ZREMRANGEBYRANK', key, 0, -(r + 1))
+    elseif n > 0 then -- (Redis reads "-0" as no integer)
+      redis.call('ZREMRANGEBYRANK', key, -math.min(-hits, n), -1)
+    end
+    n = redis.call('ZCARD', key)
+  end
+  local reset, retry, allowed = 0, 0, 1
+  if n > 0 then
+    reset = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) + p - now
+    if hits ~= 0 then redis.call('PEXPIRE', key, ms(reset)) end
+  end
+  if total > r then
+    allowed = 0
+    local oldest = redis.call('ZRANGEBYSCORE', key, floorScore, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    retry = tonumber(oldest[2]) + p - now
+  end
+  return {allowed, r, max(r - total, 0), reset, retry}, function() end
+end
+
 local function slidingLog(key, r, p)
   local floorScore = '(' .. fmt(now - p)
   local n = redis.call('ZCOUNT', key, floorScore, '+inf')
+  if charge == CHARGE_ALWAYS then return slidingLogAlways(key, r, p, floorScore, n) end
   local function reset()
     if n == 0 then return 0 end
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
@@ -174,20 +271,7 @@ local function slidingLog(key, r, p)
   if hits > 0 then resetAfter = max(resetAfter, p) end
   return {1, r, r - n - hits, resetAfter, 0}, function()
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p))
-    -- ZADD in chunks: unpack() is bounded by the Lua C stack.
-    local score = fmt(now)
-    local first = redis.call('ZCOUNT', key, score, score)
-    local i = 0
-    while i < hits do
-      local args = {}
-      local stop = math.min(i + 500, hits)
-      while i < stop do
-        args[#args + 1] = score
-        args[#args + 1] = score .. '#' .. fmt(first + i)
-        i = i + 1
-      end
-      redis.call('ZADD', key, unpack(args))
-    end
+    addHits(key, hits)
     redis.call('PEXPIRE', key, ms(resetAfter))
   end
 end
@@ -205,7 +289,9 @@ for i = 1, #KEYS do
   charges[i] = charge
   for j = 1, 5 do out[#out + 1] = res[j] end
 end
-if out[1] == 1 and hits > 0 then
+-- Charge the hits: to every limit when charging always, to all or none
+-- otherwise, and never when told not to.
+if hits ~= 0 and (charge == CHARGE_ALWAYS or charge == 0 and out[1] == 1) then
   for i = 1, #charges do charges[i]() end
 end
 return out

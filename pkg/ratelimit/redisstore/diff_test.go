@@ -11,8 +11,8 @@ import (
 )
 
 // reference decides requests with package ratelimit's pure algorithms, the
-// way the memory store does: every limit against its state, all charged
-// only when all admit and hits > 0.
+// way the memory store does: every limit against its state, charged as the
+// request's mode says (by default all only when all admit and hits > 0).
 type reference struct{ states map[string]ratelimit.State }
 
 func (r *reference) decide(t *testing.T, req ratelimit.Request, now int64) ratelimit.Decision {
@@ -20,14 +20,15 @@ func (r *reference) decide(t *testing.T, req ratelimit.Request, now int64) ratel
 	d := ratelimit.Decision{Allowed: true, Results: make([]ratelimit.Result, len(req.Limits))}
 	next := make([]ratelimit.State, len(req.Limits))
 	for i, l := range req.Limits {
-		res, st, err := ratelimit.Decide(l, now, r.states[stateID(req.Key, l)], req.Hits)
+		res, st, err := ratelimit.DecideCharge(l, now, r.states[stateID(req.Key, l)], req.Hits, req.Charge)
 		if err != nil {
 			t.Fatalf("Decide: %v", err)
 		}
 		d.Results[i], next[i] = res, st
 		d.Allowed = d.Allowed && res.Allowed
 	}
-	if d.Allowed && req.Hits > 0 {
+	charged := req.Charge == ratelimit.ChargeAlways || req.Charge == ratelimit.ChargeIfAdmitted && d.Allowed
+	if charged && req.Hits != 0 {
 		for i, l := range req.Limits {
 			r.states[stateID(req.Key, l)] = next[i]
 		}
@@ -99,6 +100,40 @@ func TestScriptMatchesGoAllOrNone(t *testing.T) {
 	}
 }
 
+// TestScriptMatchesGoChargeModes holds decide.lua's charge modes (checks,
+// forced charges and refunds) to package ratelimit's, for one limit of each
+// algorithm, two of one algorithm, and a mix of all four.
+func TestScriptMatchesGoChargeModes(t *testing.T) {
+	t.Parallel()
+	_, c := standalone(t)
+	for seed := uint64(1); seed <= 16; seed++ {
+		for _, alg := range ratelimit.Algorithms() {
+			t.Run(fmt.Sprintf("%s/seed%d", alg, seed), func(t *testing.T) {
+				s, clk := fixedStore(t, c)
+				rng := rand.New(rand.NewPCG(seed, 31+uint64(len(alg))))
+				limits := []ratelimit.Limit{randomLimit(rng, alg)}
+				if seed%2 == 0 {
+					second := randomLimit(rng, alg)
+					second.Period += time.Millisecond // a distinct state key
+					limits = append(limits, second)
+				}
+				playCharged(t, s, clk, rng, limits)
+			})
+		}
+		t.Run(fmt.Sprintf("mixed/seed%d", seed), func(t *testing.T) {
+			s, clk := fixedStore(t, c)
+			rng := rand.New(rand.NewPCG(seed, 131))
+			var limits []ratelimit.Limit
+			for i, alg := range ratelimit.Algorithms() {
+				l := randomLimit(rng, alg)
+				l.Period += time.Duration(i) * time.Millisecond
+				limits = append(limits, l)
+			}
+			playCharged(t, s, clk, rng, limits)
+		})
+	}
+}
+
 // randomLimit picks small limits and periods so that sequences of a few
 // hundred calls cross many windows and hit every branch.
 func randomLimit(rng *rand.Rand, alg ratelimit.Algorithm) ratelimit.Limit {
@@ -119,6 +154,31 @@ func randomLimit(rng *rand.Rand, alg ratelimit.Algorithm) ratelimit.Limit {
 // failed-over Redis's clock might) and compares every Decision.
 func playRandom(t *testing.T, s *Store, clk *clock, rng *rand.Rand, limits []ratelimit.Limit) {
 	t.Helper()
+	play(t, s, clk, rng, limits, func(*rand.Rand) (int64, ratelimit.ChargeMode) {
+		return rng.Int64N(5), ratelimit.ChargeIfAdmitted
+	})
+}
+
+// playCharged is playRandom with every charge mode: checks of 0..4 hits,
+// forced charges of -8..15 hits (refunds, and charges far over small
+// limits), and counted requests.
+func playCharged(t *testing.T, s *Store, clk *clock, rng *rand.Rand, limits []ratelimit.Limit) {
+	t.Helper()
+	play(t, s, clk, rng, limits, func(rng *rand.Rand) (int64, ratelimit.ChargeMode) {
+		switch rng.IntN(3) {
+		case 0:
+			return rng.Int64N(5), ratelimit.ChargeNever
+		case 1:
+			return rng.Int64N(24) - 8, ratelimit.ChargeAlways
+		}
+		return rng.Int64N(5), ratelimit.ChargeIfAdmitted
+	})
+}
+
+// play sends 300 requests whose hits and mode pick chooses.
+func play(t *testing.T, s *Store, clk *clock, rng *rand.Rand, limits []ratelimit.Limit,
+	pick func(*rand.Rand) (int64, ratelimit.ChargeMode)) {
+	t.Helper()
 	ref := &reference{states: map[string]ratelimit.State{}}
 	key := randomKey(t)
 	p := limits[0].Period.Microseconds()
@@ -133,14 +193,15 @@ func playRandom(t *testing.T, s *Store, clk *clock, rng *rand.Rand, limits []rat
 		default:
 			clk.now -= rng.Int64N(p / 2)
 		}
-		req := ratelimit.Request{Key: key, Limits: limits, Hits: rng.Int64N(5)}
+		hits, mode := pick(rng)
+		req := ratelimit.Request{Key: key, Limits: limits, Hits: hits, Charge: mode}
 		want := ref.decide(t, req, clk.now)
 		got, err := s.AllowBatch(context.Background(), []ratelimit.Request{req})
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		if !equalDecision(got[0], want) {
-			t.Fatalf("step %d at t0%+dus, hits %d, limits %+v:\n redis %+v\n    go %+v", i, clk.now-t0, req.Hits, limits, got[0], want)
+			t.Fatalf("step %d at t0%+dus, hits %d (%s), limits %+v:\n redis %+v\n    go %+v", i, clk.now-t0, req.Hits, req.Charge, limits, got[0], want)
 		}
 	}
 }

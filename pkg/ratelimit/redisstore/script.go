@@ -70,12 +70,16 @@ var singleCodes = map[int]bool{algCodes[ratelimit.GCRA]: true, algCodes[ratelimi
 // scriptFor picks the script for a request from its ARGV: single.lua for
 // one limit it covers, else the single-algorithm script when every limit
 // shares one algorithm, else decide.lua whole.
+// A request charged otherwise than if admitted carries its mode after the
+// limits (see appendScriptArgs), which single.lua does not read: it runs
+// decide.lua.
 func scriptFor(args []any) redisscript.Script {
 	code, _ := args[argFirstLimit].(int)
 	if len(args) == argFirstLimit+limitArgs && singleCodes[code] {
 		return decideSingle
 	}
-	for i := argFirstLimit + limitArgs; i < len(args); i += limitArgs {
+	end := argFirstLimit + (len(args)-argFirstLimit)/limitArgs*limitArgs
+	for i := argFirstLimit + limitArgs; i < end; i += limitArgs {
 		if c, _ := args[i].(int); c != code {
 			return decideAll
 		}
@@ -118,7 +122,9 @@ const (
 
 const (
 	// limitArgs is the number of ARGV entries per limit: algorithm code,
-	// requests, period in microseconds, burst.
+	// requests, period in microseconds, burst. After the limits, a
+	// request charged otherwise than if admitted has one more: its
+	// ratelimit.ChargeMode as a number, which decide.lua reads.
 	limitArgs = 4
 	// replyHead is the all-allowed flag before the per-limit results.
 	replyHead = 1
@@ -168,6 +174,9 @@ func appendScriptArgs(dst []any, req ratelimit.Request, now int64) []any {
 	dst = append(dst, req.Hits, clock) // argHits, argNow
 	for _, l := range req.Limits {
 		dst = append(dst, algCodes[l.Algorithm.OrDefault()], l.Requests, l.Period.Microseconds(), l.Burst)
+	}
+	if req.Charge != ratelimit.ChargeIfAdmitted {
+		dst = append(dst, int(req.Charge))
 	}
 	return dst
 }

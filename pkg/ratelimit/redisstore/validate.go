@@ -17,8 +17,8 @@ func validateRequest(r ratelimit.Request) error {
 	if len(r.Limits) == 0 {
 		return fmt.Errorf("%w: no limits", ratelimit.ErrInvalidLimit)
 	}
-	if r.Hits < 0 {
-		return fmt.Errorf("%w: %d", ratelimit.ErrInvalidHits, r.Hits)
+	if err := ratelimit.CheckCharge(r.Hits, r.Charge); err != nil {
+		return err
 	}
 	if err := validateLease(r); err != nil {
 		return err
@@ -50,6 +50,9 @@ func checkExact(l ratelimit.Limit, hits int64) error {
 	p := l.Period.Microseconds()
 	t := max(p/l.Requests, 1)
 	b := max(l.Burst, l.Requests)
+	if hits < 0 { // a refund; maxExact is far from math.MinInt64
+		hits = -max(hits, -maxExact)
+	}
 	if p > maxExact/2 || b > maxExact/t || hits > maxExact/t {
 		return fmt.Errorf("%w: period %s with %d requests and burst %d exceeds the exact range", ratelimit.ErrInvalidLimit, l.Period, l.Requests, l.Burst)
 	}
