@@ -27,6 +27,7 @@ type idempotencyDeps struct {
 	store    idempotency.Store
 	events   *authz.IdempotencyMetrics
 	inFlight inflight.Store
+	charges  chargeDeps
 }
 
 // The guard keeps one breaker per cluster master through this.
@@ -51,10 +52,14 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 	if err != nil {
 		return idempotencyDeps{}, err
 	}
+	charges, err := newCharges(cfg, rl, reg, log)
+	if err != nil {
+		return idempotencyDeps{}, err
+	}
 	rb, ok := rl.(*redisBacked)
 	if !ok {
 		log.Info("idempotency store", "kind", "memory")
-		return idempotencyDeps{store: idemmem.New(idemmem.Config{MaxKeys: cfg.IdempotencyMemoryMaxKeys}), events: events, inFlight: inFlight}, nil
+		return idempotencyDeps{store: idemmem.New(idemmem.Config{MaxKeys: cfg.IdempotencyMemoryMaxKeys}), events: events, inFlight: inFlight, charges: charges}, nil
 	}
 	rs, err := idemredis.New(rb.client, idemredis.Options{Prefix: cfg.KeyPrefix, Wait: idemredis.Wait{
 		Replicas: cfg.IdempotencyWaitReplicas, Timeout: cfg.IdempotencyWaitTimeout,
@@ -75,5 +80,5 @@ func newIdempotency(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, l
 		return idempotencyDeps{}, err
 	}
 	log.Info("idempotency store", "kind", "redis", "key_prefix", cfg.KeyPrefix, "wait_replicas", cfg.IdempotencyWaitReplicas)
-	return idempotencyDeps{store: store, events: events, inFlight: inFlight}, nil
+	return idempotencyDeps{store: store, events: events, inFlight: inFlight, charges: charges}, nil
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -19,8 +21,9 @@ import (
 
 // documentedMetric is one row of the reference's metrics table.
 type documentedMetric struct {
-	labels    []string // sorted
-	redisOnly bool
+	labels      []string // sorted
+	redisOnly   bool
+	chargedOnly bool // exported when the policy has a charged limit
 }
 
 // readmeMetrics parses the reference's metrics table.
@@ -40,6 +43,7 @@ func readmeMetrics(t *testing.T) (map[string]documentedMetric, string) {
 		}
 		sort.Strings(d.labels)
 		d.redisOnly = strings.HasPrefix(m[3], "Redis only")
+		d.chargedOnly = strings.HasPrefix(m[3], "Charged limits only")
 		out[m[1]] = d
 	}
 	if len(out) == 0 {
@@ -127,6 +131,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 	docs, readme := readmeMetrics(t)
 	srv := redistest.Standalone(t)
 	base := []string{"EXTAUTHZ_CONFIG=" + examplePolicy(t), "EXTAUTHZ_ADMIN_ADDR=127.0.0.1:0"}
+	charged := policyHasCharges(t)
 	procs := map[string]*proc{
 		"memory": start(t, base...),
 		"redis":  start(t, append(base, "EXTAUTHZ_REDIS_URL="+srv.URL)...),
@@ -155,11 +160,30 @@ func TestMetricsMatchREADME(t *testing.T) {
 		}
 		wantRouteSeries(t, mode, fams)
 		for name, d := range docs {
-			if _, ok := fams[name]; !ok && (mode == "redis" || !d.redisOnly) {
+			if _, ok := fams[name]; !ok && (mode == "redis" || !d.redisOnly) && (charged || !d.chargedOnly) {
 				t.Errorf("%s: %s is documented but not exported", mode, name)
 			}
 		}
 	}
+}
+
+// policyHasCharges reports whether examples/policy has a charged limit
+// (a `charge:` mapping), whose metrics then exist from the start.
+func policyHasCharges(t *testing.T) bool {
+	t.Helper()
+	found := false
+	err := filepath.WalkDir("../../examples/policy", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		found = found || regexp.MustCompile(`(?m)^\s*charge:`).Match(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
 }
 
 // checkValues fails for a label value of a documented enumeration that the
@@ -167,8 +191,8 @@ func TestMetricsMatchREADME(t *testing.T) {
 func checkValues(t *testing.T, mode, name string, fam scrapedFamily, readme string) {
 	t.Helper()
 	for label, values := range fam.labels {
-		if label == "domain" || label == "rule" || (name == "extauthz_invalid_requests_total" && label == "reason") {
-			continue // from the policy; validation reasons are listed in the code
+		if label == "domain" || label == "rule" || label == "limit" || (name == "extauthz_invalid_requests_total" && label == "reason") {
+			continue // from the policy (a charged limit's name too); validation reasons are listed in the code
 		}
 		for v := range values {
 			if label == "route" && !strings.HasPrefix(v, "_") {

@@ -158,7 +158,8 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 	// One latency record for both: ext_proc measures the leases, ext_authz
 	// answers most 409s.
 	latency := authz.WithRouteLatency(authz.NewRouteLatency(nil))
-	opts := append([]authz.IdempotencyOption{timeout, latency, authz.WithInFlight(idem.inFlight)}, extra...)
+	charges := authz.WithCharges(store, idem.charges.lockouts, idem.charges.metrics)
+	opts := append([]authz.IdempotencyOption{timeout, latency, authz.WithInFlight(idem.inFlight), charges}, extra...)
 	l.add(authz.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
 	l.add(authz.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err

@@ -16,6 +16,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
 	"github.com/extauthz/extauthz/pkg/ratelimit/fleet"
 	inflightredis "github.com/extauthz/extauthz/pkg/ratelimit/inflight/redisstore"
+	lockoutredis "github.com/extauthz/extauthz/pkg/ratelimit/lockout/redisstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/overlimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota/quotaredis"
@@ -53,8 +54,8 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	redis.SetLogger(redisLogger{deps.Logger})
 	events := newRedisEvents(deps.Logger, cfg.RedisCluster)
 	// Every script the process runs on Redis: rate limits, idempotency,
-	// RLQS demands, max_in_flight slots and the replica count.
-	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts(), inflightredis.Scripts(), fleet.Scripts())
+	// RLQS demands, max_in_flight slots, lockouts and the replica count.
+	scripts := slices.Concat(redisstore.Scripts(), idemredis.Scripts(), quotaredis.Scripts(), inflightredis.Scripts(), lockoutredis.Scripts(), fleet.Scripts())
 	warm := func(ctx context.Context) error { return redisclient.Warm(ctx, client, scripts, cfg.warmConnCount()) }
 	rw := newRewarmer(warm, cfg.warmAttemptTimeout())
 	events.onBreaker = rw.breaker

@@ -136,9 +136,7 @@ func (d *decoder) route(f field) *Route {
 		case "methods":
 			r.Methods = d.methods(kv)
 		case "rate_limits":
-			for _, s := range d.limitList(kv, inRoute) {
-				r.Limits = append(r.Limits, s.limit)
-			}
+			r.Limits, r.Charged = splitCharged(d.limitList(kv, inRoute))
 		case "tier_limits":
 			if r.tierRef = (ref{name: d.str(kv), path: kv.path, line: kv.line}); r.tierRef.name == "" {
 				d.problem(kv.line, kv.path, "must name a tier set of http.tiers")

@@ -43,9 +43,18 @@ type limitSpec struct {
 	unlimited bool
 	blocked   bool // requests_per_unit: 0
 	replaces  []ref
+	charge    *Charge // set for a charged limit (inRoute only)
 	// chargeOver is charge_over_limit (see Rule.ChargeOverLimit).
 	chargeOver bool
 	ok         bool // no problem was found in it
+}
+
+// charged returns s as a ChargedLimit; nil when it is a counted limit.
+func (s limitSpec) charged() *ChargedLimit {
+	if s.charge == nil {
+		return nil
+	}
+	return &ChargedLimit{Limit: s.limit, Charge: *s.charge}
 }
 
 // limit parses and validates one limit mapping.
@@ -70,6 +79,9 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 				"charge_over_limit is only allowed in descriptors (an HTTP route's limit takes charge)")
 			kvs[kv.key] = kv // only to report it beside unlimited
 			spec.chargeOver = d.boolean(kv)
+		case "charge":
+			d.placeAllows(kv, place != inRoute, "charge is only allowed in an HTTP route's (or tier's) rate_limits")
+			spec.charge = d.charge(kv)
 		default:
 			d.unknown(kv)
 		}
@@ -82,6 +94,9 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 		}
 	} else {
 		spec.blocked = d.fillLimit(f, kvs, &spec.limit, place == inRateLimit)
+	}
+	if spec.charge != nil {
+		d.checkCharged(f, spec)
 	}
 	spec.ok = len(*d.probs) == before
 	return spec
@@ -212,8 +227,9 @@ func (d *decoder) replaces(f field) []ref {
 	return out
 }
 
-// limitList parses a rate_limits list: at least one limit, no two with the
-// same algorithm and period (they would share state).
+// limitList parses a rate_limits list: at least one limit, no two counted
+// limits with the same algorithm and period (they would share state), no two
+// charged limits with the same name (it keys their state).
 func (d *decoder) limitList(f field, place limitPlace) []limitSpec {
 	items := d.items(f)
 	if len(items) == 0 && f.node.Kind == yaml.SequenceNode {
@@ -225,6 +241,10 @@ func (d *decoder) limitList(f field, place limitPlace) []limitSpec {
 		s := d.limit(item, place)
 		out = append(out, s)
 		if !s.ok {
+			continue
+		}
+		if s.charge != nil {
+			d.uniqueCharged(item, s.limit.Name, seen)
 			continue
 		}
 		k := string(s.limit.Algorithm) + "/" + s.limit.Period.String()

@@ -179,6 +179,9 @@ type Route struct {
 	// Limits are the route's HTTP rate limits, per tenant; all must admit.
 	// Empty when Tiers is set.
 	Limits []ratelimit.Limit
+	// Charged are the route's limits with a `charge` (checked on the
+	// request, charged from the response); empty when Tiers is set.
+	Charged []*ChargedLimit
 	// Tiers, when set, chooses the route's limits by the caller's tier
 	// (tier_limits): see LimitsFor.
 	Tiers *TierSet

@@ -22,6 +22,8 @@ type TierSet struct {
 	Default string
 	// Limits are each tier's limits; all must admit, as a route's.
 	Limits map[string][]ratelimit.Limit
+	// Charged are each tier's charged limits (nil when none has any).
+	Charged map[string][]*ChargedLimit
 }
 
 // TierAttribute names the one request attribute holding the caller's tier,
@@ -119,14 +121,19 @@ func (d *decoder) tierLimits(f field, t *TierSet) []string {
 			d.problem(kv.line, kv.path, "tier %q names no limits; give it at least one", kv.key)
 			continue
 		}
-		var ls []ratelimit.Limit
+		specs := d.limitList(kv, inRoute)
 		ok := true
-		for _, s := range d.limitList(kv, inRoute) {
+		for _, s := range specs {
 			ok = ok && s.ok
-			ls = append(ls, s.limit)
 		}
-		if ok && len(ls) > 0 {
+		if ls, charged := splitCharged(specs); ok && len(specs) > 0 {
 			t.Limits[kv.key] = ls
+			if len(charged) > 0 {
+				if t.Charged == nil {
+					t.Charged = map[string][]*ChargedLimit{}
+				}
+				t.Charged[kv.key] = charged
+			}
 		}
 	}
 	return written
@@ -186,6 +193,22 @@ func setNames(m map[string]*TierSet) []string {
 // HasLimits reports whether the route has HTTP rate limits, its own or its
 // tiers'.
 func (r *Route) HasLimits() bool { return r != nil && (len(r.Limits) > 0 || r.Tiers != nil) }
+
+// HasCharged reports whether the route has charged limits, its own or its
+// tiers'.
+func (r *Route) HasCharged() bool {
+	return r != nil && (len(r.Charged) > 0 || (r.Tiers != nil && len(r.Tiers.Charged) > 0))
+}
+
+// ChargedFor returns the charged limits of a caller whose tier attribute
+// holds value, and its tier, as LimitsFor does for counted limits.
+func (r *Route) ChargedFor(value string) ([]*ChargedLimit, string) {
+	if r.Tiers == nil {
+		return r.Charged, ""
+	}
+	tier := r.Tiers.Tier(value)
+	return r.Tiers.Charged[tier], tier
+}
 
 // LimitsFor returns the limits of a caller whose tier attribute holds
 // value, and the tier they belong to: the route's own limits and "" for a

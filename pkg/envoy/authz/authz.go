@@ -49,6 +49,7 @@ type Authz struct {
 
 	limits   ratelimit.Store
 	inFlight inflight.Store // nil unless WithInFlight
+	charges  *charger
 	gate     gate
 	policies envoy.PolicySource
 	metrics  *envoy.Metrics
@@ -57,7 +58,7 @@ type Authz struct {
 // NewAuthz returns an Authz deciding rate limits with limits and
 // idempotency with idem, under the policies' current snapshot. events
 // counts idempotency outcomes; metrics the decisions and their latency.
-// Of the options, WithStoreTimeout and WithInFlight apply.
+// Of the options, WithStoreTimeout, WithInFlight and WithCharges apply.
 func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies envoy.PolicySource, metrics *envoy.Metrics, events *IdempotencyMetrics, opts ...IdempotencyOption) (*Authz, error) {
 	switch {
 	case envoy.IsNil(limits):
@@ -71,7 +72,9 @@ func NewAuthz(limits ratelimit.Store, idem idempotency.Store, policies envoy.Pol
 	}
 	o := newIdemOptions(opts)
 	events.syncRoutes(httpPolicy(policies.Current()))
-	return &Authz{limits: limits, inFlight: o.inFlight, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics}, nil
+	charges := o.charger(limits)
+	charges.metrics.syncPolicy(httpPolicy(policies.Current()))
+	return &Authz{limits: limits, inFlight: o.inFlight, charges: charges, gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).
@@ -96,6 +99,7 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	}
 	h := httpPolicy(s.policies.Current())
 	s.gate.events.syncRoutes(h)
+	s.charges.metrics.syncPolicy(h)
 	route := h.Route(hr.GetHost(), hr.GetMethod(), hr.GetPath())
 	if route == nil {
 		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeNoMatch)
@@ -107,21 +111,39 @@ func (s *Authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	r.tenant = callerScope(h.Identity, caller)
 	r.missingStatus = h.Identity.MissingStatus
 
-	var rlHeaders []*corev3.HeaderValue
 	exempt := h.IsExempt(r.path, r.headers.joined(), r.principal)
-	if route.HasLimits() && !exempt {
-		over, hs, err := s.rateLimit(ctx, planLimits(limitScope(r.tenant, caller), route, caller), route.HeaderStyle)
-		if err != nil {
-			s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeError)
-			return nil, envoy.StoreStatus(ctx, err)
-		}
-		if over != nil {
-			s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeOverLimit)
-			return deniedResponse(codes.ResourceExhausted, over), nil
-		}
-		rlHeaders = hs
+	rlHeaders, resp, err := s.countLimits(ctx, route, limitScope(r.tenant, caller), caller, exempt)
+	if resp != nil || err != nil {
+		return resp, err
 	}
-	return s.admit(ctx, route, r, limitScope(r.tenant, caller), exempt, rlHeaders)
+	plan, resp, err := s.checkCharges(ctx, route, r, caller, exempt)
+	if resp != nil || err != nil {
+		return resp, err
+	}
+	return s.admit(ctx, route, r, limitScope(r.tenant, caller), exempt, rlHeaders, plan)
+}
+
+// countLimits decides the route's counted limits (unless exempt): the
+// RateLimit headers of an admitted request, or the 429 (or store error)
+// that ends it.
+func (s *Authz) countLimits(ctx context.Context, route *policy.Route, scope string, caller callerInput, exempt bool) ([]*corev3.HeaderValue, *authv3.CheckResponse, error) {
+	if !route.HasLimits() || exempt {
+		return nil, nil, nil
+	}
+	plan := planLimits(scope, route, caller)
+	if len(plan.limits) == 0 { // a tier with only charged limits
+		return nil, nil, nil
+	}
+	over, hs, err := s.rateLimit(ctx, plan, route.HeaderStyle)
+	switch {
+	case err != nil:
+		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeError)
+		return nil, nil, envoy.StoreStatus(ctx, err)
+	case over != nil:
+		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeOverLimit)
+		return nil, deniedResponse(codes.ResourceExhausted, over), nil
+	}
+	return hs, nil, nil
 }
 
 // answer is ext_authz's response to a Check and where it sends the

@@ -126,7 +126,7 @@ func slotFrom(md *corev3.Metadata) (*slotHold, bool) {
 // the Idempotency-Key decision, and hands the slot on with the answer. A
 // store failure is an error, as for the rate-limit store: Envoy's
 // failure_mode_allow decides (open: the request runs without a slot).
-func (s *Authz) admit(ctx context.Context, route *policy.Route, r checkRequest, scope string, exempt bool, rl []*corev3.HeaderValue) (*authv3.CheckResponse, error) {
+func (s *Authz) admit(ctx context.Context, route *policy.Route, r checkRequest, scope string, exempt bool, rl []*corev3.HeaderValue, charges *chargePlan) (*authv3.CheckResponse, error) {
 	var slot *slotHold
 	var over *reply
 	var err error
@@ -135,12 +135,16 @@ func (s *Authz) admit(ctx context.Context, route *policy.Route, r checkRequest, 
 	}
 	switch {
 	case err != nil:
+		s.handCharges(ctx, answer{}, charges)
 		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeError)
 		return nil, envoy.StoreStatus(ctx, err)
 	case over != nil:
+		s.handCharges(ctx, answer{}, charges)
 		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeOverLimit)
 		return deniedResponse(codes.ResourceExhausted, over), nil
 	}
 	s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeOK)
-	return s.handSlot(ctx, s.idempotency(ctx, route, r, rl), slot), nil
+	a := s.idempotency(ctx, route, r, rl)
+	s.handCharges(ctx, a, charges)
+	return s.handSlot(ctx, a, slot), nil
 }

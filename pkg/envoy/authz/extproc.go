@@ -50,6 +50,7 @@ type ExtProc struct {
 	policies envoy.PolicySource
 	metrics  *envoy.Metrics
 	opts     idemOptions
+	charges  *charger
 }
 
 // NewExtProc returns an ExtProc keeping idempotency records in idem under
@@ -66,7 +67,9 @@ func NewExtProc(idem idempotency.Store, policies envoy.PolicySource, metrics *en
 	}
 	o := newIdemOptions(opts)
 	events.syncRoutes(httpPolicy(policies.Current()))
-	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics, opts: o}, nil
+	charges := o.charger(nil)
+	charges.metrics.syncPolicy(httpPolicy(policies.Current()))
+	return &ExtProc{gate: gate{store: idem, events: events, timeout: o.storeTimeout, replay: o.replay, latency: o.latency}, policies: policies, metrics: metrics, opts: o, charges: charges}, nil
 }
 
 // Register registers the server on r (a *grpc.Server).
@@ -93,7 +96,6 @@ func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 		resp, err := st.handle(req)
 		s.metrics.Latency(envoy.APIExtProc, time.Since(start))
 		if err != nil {
-			s.metrics.Invalid(envoy.APIExtProc, "unknown_phase")
 			return err
 		}
 		if err := stream.Send(resp); err != nil {

@@ -7,7 +7,9 @@ import (
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/idempotency"
 	"github.com/extauthz/extauthz/pkg/idempotency/blob"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/inflight"
+	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
 )
 
 // IdempotencyOption configures NewAuthz and NewExtProc.
@@ -21,6 +23,14 @@ type idemOptions struct {
 	blobs        blob.Store // nil: bodies over max_body_bytes are not kept
 	latency      *RouteLatency
 	inFlight     inflight.Store // nil: a max_in_flight route cannot be served
+	charges      chargeOptions
+}
+
+// chargeOptions are WithCharges' stores and metrics.
+type chargeOptions struct {
+	limits   ratelimit.Store // nil: NewAuthz's store; ext_proc cannot charge
+	lockouts lockout.Store   // nil: a limit with a lockout is a store failure
+	metrics  *ChargeMetrics
 }
 
 // Defaults of the options.
@@ -94,6 +104,39 @@ func WithInFlight(s inflight.Store) IdempotencyOption {
 			o.inFlight = s
 		}
 	}
+}
+
+// WithCharges sets what the charged limits (a route limit's `charge`) are
+// checked and charged in: limits, the rate-limit store (ext_authz uses its
+// own when nil; ext_proc needs it to charge responses and, alone, to check
+// requests), lockouts, the lockout store (needed by limits with a lockout),
+// and m, where they are counted (nil: not counted). Pass the same shared
+// stores to NewAuthz and NewExtProc.
+func WithCharges(limits ratelimit.Store, lockouts lockout.Store, m *ChargeMetrics) IdempotencyOption {
+	return func(o *idemOptions) {
+		if !envoy.IsNil(limits) {
+			o.charges.limits = limits
+		}
+		if !envoy.IsNil(lockouts) {
+			o.charges.lockouts = lockouts
+		}
+		if m != nil {
+			o.charges.metrics = m
+		}
+	}
+}
+
+// charger builds the charged limits' machinery of a server whose own
+// rate-limit store (nil for ext_proc) is the default.
+func (o idemOptions) charger(own ratelimit.Store) *charger {
+	c := &charger{limits: o.charges.limits, lockouts: o.charges.lockouts, metrics: o.charges.metrics, timeout: o.storeTimeout}
+	if c.limits == nil {
+		c.limits = own
+	}
+	if c.metrics == nil {
+		c.metrics = discardChargeMetrics()
+	}
+	return c
 }
 
 // WithRenewTicker replaces the ticker that paces ext_proc's lease renewals

@@ -43,6 +43,9 @@ type procStream struct {
 
 	slot     *heldSlot // the request's max_in_flight slot, until released
 	slotDone bool      // the slot was released: never taken over again
+
+	chargeWait *chargeWait // ext_proc alone: charged limits waiting for the request body
+	charging   *chargeRun  // charged limits waiting for the response
 }
 
 // pendingBegin is a wiring (a) request whose body is still arriving.
@@ -56,6 +59,7 @@ type pendingBegin struct {
 func newProcStream(ctx context.Context, s *ExtProc) *procStream {
 	pol := httpPolicy(s.policies.Current())
 	s.gate.events.syncRoutes(pol)
+	s.charges.metrics.syncPolicy(pol)
 	return &procStream{s: s, ctx: ctx, pol: pol, attrs: map[string]*structpb.Value{}}
 }
 
@@ -78,18 +82,31 @@ func (st *procStream) handle(req *extprocv3.ProcessingRequest) (*extprocv3.Proce
 	}
 	switch v := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if r, err := st.chargeRequestHeaders(req, v.RequestHeaders); r != nil || err != nil {
+			return st.chargeRefused(r, err)
+		}
 		return st.requestHeaders(req, v.RequestHeaders), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if r, err := st.chargeRequestBody(v.RequestBody.GetBody(), st.wholeRequestBody(v.RequestBody)); r != nil || err != nil {
+			return st.chargeRefused(r, err)
+		}
 		return st.requestBody(v.RequestBody), nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if r, err := st.chargeRequestBody(nil, true); r != nil || err != nil {
+			return st.chargeRefused(r, err)
+		}
 		return st.requestTrailers(), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		st.chargeResponseHeaders(v.ResponseHeaders)
 		return st.responseHeaders(v.ResponseHeaders), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		st.chargeResponseBody(v.ResponseBody)
 		return st.responseBody(v.ResponseBody), nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		st.chargeResponseTrailers(v.ResponseTrailers)
 		return st.responseTrailers(), nil
 	}
+	st.s.metrics.Invalid(envoy.APIExtProc, "unknown_phase")
 	return nil, status.Error(codes.InvalidArgument, "ProcessingRequest without a known phase")
 }
 
@@ -179,12 +196,27 @@ func (st *procStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRe
 		st.event(idempotency.EventBodyTooBig)
 		return immediate(problemBodyTooLarge(), "extauthz_idempotency_body")
 	}
-	whole := b.GetEndOfStream() || (st.modeKnown && st.bodyMode == filterv3.ProcessingMode_BUFFERED)
-	if !whole {
+	if !st.wholeRequestBody(b) {
 		return continueRequestBody()
 	}
 	st.pending = nil
 	return st.requestBodyReply(st.begin(p))
+}
+
+// wholeRequestBody reports whether b ends the request body: end_of_stream,
+// or BUFFERED mode's one message.
+func (st *procStream) wholeRequestBody(b *extprocv3.HttpBody) bool {
+	return b.GetEndOfStream() || (st.modeKnown && st.bodyMode == filterv3.ProcessingMode_BUFFERED)
+}
+
+// chargeRefused answers a request the charged limits refused (r), or
+// fails the stream on their store's failure.
+func (st *procStream) chargeRefused(r *reply, err error) (*extprocv3.ProcessingResponse, error) {
+	if err != nil {
+		return nil, st.chargeFailed(err)
+	}
+	st.s.metrics.Decision(envoy.APIExtProc, envoy.HTTPDomain, envoy.OutcomeOverLimit)
+	return immediate(r, "extauthz_charge"), nil
 }
 
 // requestTrailers end a body that did not say end_of_stream.
@@ -285,6 +317,7 @@ func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
 // replayable, with the reply's status when one was seen.
 func (st *procStream) finish() {
 	st.releaseSlot()
+	st.settleCharges()
 	if st.lease == nil || st.settled {
 		return
 	}

@@ -1,0 +1,213 @@
+package authz
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+)
+
+// MetadataCharge is the field of envoy.ExtAuthzNamespace under which
+// ext_authz hands a request's charged limits to ext_proc:
+//
+//	charge:
+//	  route:  the policy route's name
+//	  tier:   the caller's tier ("" without tier_limits)
+//	  limits: [{name, index, key, reserved}]  each charged limit whose key
+//	          resolved: its name and index in the route's (tier's) list, its
+//	          counting key, and the hits reserved up front
+//
+// ext_proc charges each from the response. A limit whose name no longer
+// matches its index (a reload) is skipped.
+const MetadataCharge = "charge"
+
+const (
+	mdChargeRoute    = "route"
+	mdChargeTier     = "tier"
+	mdChargeLimits   = "limits"
+	mdChargeName     = "name"
+	mdChargeIndex    = "index"
+	mdChargeKey      = "key"
+	mdChargeReserved = "reserved"
+)
+
+// chargeEntry is one charged limit of a request, under its counting key.
+type chargeEntry struct {
+	limit    *policy.ChargedLimit
+	index    int    // in the route's (tier's) charged list
+	key      string // the counting key (and the lockout's)
+	reserved int64  // hits charged up front (cost limits with reserve)
+}
+
+// chargePlan is what a request's response will be charged with.
+type chargePlan struct {
+	route, tier string
+	entries     []chargeEntry
+}
+
+// planCharges resolves the charged limits of route for a caller: each whose
+// key the request names, with its reservation. scope is the caller's
+// (limitScope); body is the request body as far as read (nil when none).
+func planCharges(scope string, route *policy.Route, in callerInput, body []byte) chargePlan {
+	charged, tier := route.ChargedFor(tierValue(route.Tiers, in))
+	p := chargePlan{route: route.Name, tier: tier}
+	for i, c := range charged {
+		key, ok := chargeKey(scope, route.Name, tier, c, in, body)
+		if !ok {
+			continue
+		}
+		p.entries = append(p.entries, chargeEntry{limit: c, index: i, key: key, reserved: reservation(c, in.headers)})
+	}
+	return p
+}
+
+// chargeKey is a charged limit's counting key: ratelimit.Key(scope, "http",
+// route, [tier], limit, [<source>=<value>]). The caller's budget is under
+// its scope; any other key is shared by every caller that names it (that
+// is its point: an account attacked from many addresses), so its scope is
+// empty and its value, hashed unless it is an address, is an entry. False
+// when the request does not name the key: the limit does not apply.
+func chargeKey(scope, route, tier string, c *policy.ChargedLimit, in callerInput, body []byte) (string, bool) {
+	entries := []ratelimit.Entry{{Key: "route", Value: route}}
+	if tier != "" {
+		entries = append(entries, ratelimit.Entry{Key: "tier", Value: tier})
+	}
+	entries = append(entries, ratelimit.Entry{Key: "limit", Value: c.Limit.Name})
+	k := c.Charge.Key
+	var v string
+	switch k.Kind {
+	case policy.ChargeKeyCaller:
+		return ratelimit.Key(scope, httpLimitDomain, entries), true
+	case policy.ChargeKeyClientAddress:
+		v = addressScope(in, k.TrustedHops)
+	case policy.ChargeKeyHeader:
+		v = hashedValue(headerValue(in.headers, k.Name))
+	case policy.ChargeKeyFormField:
+		v = hashedValue(formKey(boundedBody(body), k.Name))
+	case policy.ChargeKeyJSONField:
+		v = hashedValue(jsonKey(boundedBody(body), k.Name))
+	}
+	if v == "" {
+		return "", false
+	}
+	entries = append(entries, ratelimit.Entry{Key: string(k.Kind), Value: v})
+	return ratelimit.Key("", httpLimitDomain, entries), true
+}
+
+// hashedValue keeps an account name out of the keyspace: hex SHA-256, ""
+// for "".
+func hashedValue(v string) string {
+	if v == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:])
+}
+
+// boundedBody is body when within maxChargeKeyBody, else nil: a larger
+// body is not parsed for a key.
+func boundedBody(body []byte) []byte {
+	if len(body) > maxChargeKeyBody {
+		return nil
+	}
+	return body
+}
+
+// reservation is what a cost limit charges up front: the reserve header's
+// number, else its default, capped at the limit (more would only lock the
+// caller out of a budget it cannot spend in one request anyway).
+func reservation(c *policy.ChargedLimit, hs headerList) int64 {
+	r := c.Charge.Reserve
+	if r == nil {
+		return 0
+	}
+	n, ok := int64(0), false
+	if r.Header != "" {
+		n, ok = parseCost(headerValue(hs, r.Header))
+	}
+	if !ok {
+		n = r.Default
+	}
+	return min(n, c.Limit.Requests)
+}
+
+// needsBody reports whether a route's charged limits read the request
+// body for a key.
+func needsBody(route *policy.Route) bool {
+	for _, c := range allCharged(route) {
+		if c.Charge.Key.NeedsBody() {
+			return true
+		}
+	}
+	return false
+}
+
+// toValue renders the plan for the handoff.
+func (p chargePlan) toValue() *structpb.Value {
+	limits := make([]*structpb.Value, len(p.entries))
+	for i, e := range p.entries {
+		limits[i] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			mdChargeName:     structpb.NewStringValue(e.limit.Limit.Name),
+			mdChargeIndex:    structpb.NewNumberValue(float64(e.index)),
+			mdChargeKey:      structpb.NewStringValue(e.key),
+			mdChargeReserved: structpb.NewNumberValue(float64(e.reserved)),
+		}})
+	}
+	return structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		mdChargeRoute:  structpb.NewStringValue(p.route),
+		mdChargeTier:   structpb.NewStringValue(p.tier),
+		mdChargeLimits: structpb.NewListValue(&structpb.ListValue{Values: limits}),
+	}})
+}
+
+// chargePlanFrom reads ext_authz's charge handoff against the stream's
+// policy: found is false when there is none. Entries that no longer match
+// a charged limit of the route (a reload renamed or moved it) or are
+// malformed are dropped: nothing is charged for them.
+func chargePlanFrom(md *corev3.Metadata, pol *policy.HTTP) (p chargePlan, found bool) {
+	v := md.GetFilterMetadata()[envoy.ExtAuthzNamespace].GetFields()[MetadataCharge]
+	if v == nil {
+		return p, false
+	}
+	f := v.GetStructValue().GetFields()
+	p.route, p.tier = f[mdChargeRoute].GetStringValue(), f[mdChargeTier].GetStringValue()
+	charged := chargedOf(pol, p.route, p.tier)
+	for _, lv := range f[mdChargeLimits].GetListValue().GetValues() {
+		lf := lv.GetStructValue().GetFields()
+		idx := lf[mdChargeIndex].GetNumberValue()
+		i := int(idx)
+		if float64(i) != idx || i < 0 || i >= len(charged) || charged[i].Limit.Name != lf[mdChargeName].GetStringValue() {
+			continue
+		}
+		key, reserved := lf[mdChargeKey].GetStringValue(), lf[mdChargeReserved].GetNumberValue()
+		if key == "" || reserved < 0 || reserved > float64(charged[i].Limit.Requests) {
+			continue
+		}
+		p.entries = append(p.entries, chargeEntry{limit: charged[i], index: i, key: key, reserved: int64(reserved)})
+	}
+	return p, true
+}
+
+// chargedOf is the charged list of a route's tier in pol; nil when gone.
+func chargedOf(pol *policy.HTTP, route, tier string) []*policy.ChargedLimit {
+	if pol == nil {
+		return nil
+	}
+	for _, r := range pol.Routes {
+		if r.Name != route {
+			continue
+		}
+		if tier == "" {
+			return r.Charged
+		}
+		if r.Tiers != nil {
+			return r.Tiers.Charged[tier]
+		}
+	}
+	return nil
+}
