@@ -16,7 +16,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
 )
 
-// ProblemLockedOut: 429, a charged limit's key is locked out after it
+// ProblemLockedOut is the 429 problem type of a charged limit's key locked out after it
 // spent its budget (charge.lockout); Retry-After says for how long.
 const ProblemLockedOut = "https://github.com/extauthz/extauthz/blob/main/docs/policy.md#lockout"
 

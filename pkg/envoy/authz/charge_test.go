@@ -276,3 +276,66 @@ func TestChargeExempt(t *testing.T) {
 	}
 	chargeAdmitted(t, e.login(t, "192.0.2.1", "a", 200))
 }
+
+// A tier's charged limit: each plan its own budget, keyed by the tier.
+func TestChargeTierBudgets(t *testing.T) {
+	t.Parallel()
+	e := startCharge(t, `
+http:
+  identity:
+    sources: [{tenant_header: x-tenant-id}]
+  tiers:
+    plans:
+      attribute: {header: x-plan}
+      default: free
+      limits:
+        free: [{name: tokens, requests_per_unit: 100, unit: hour, charge: {cost: {header: x-usage-tokens}}}]
+        pro:  [{name: tokens, requests_per_unit: 10000, unit: hour, charge: {cost: {header: x-usage-tokens}}}]
+  routes:
+    - {name: chat, path_prefix: /, tier_limits: plans}
+`)
+	use := func(plan string, cost string) bool {
+		resp := e.check(t, checkFrom("192.0.2.1", "POST", "/v1", nil, "x-tenant-id", "acme", "x-plan", plan))
+		if resp.GetOkResponse() == nil {
+			return false
+		}
+		e.respond(t, chargeAdmitted(t, resp), 200, nil, "x-usage-tokens", cost)
+		return true
+	}
+	if !use("free", "150") || use("free", "1") || use("nope", "1") {
+		t.Fatal("the free tier admitted past its budget of 100 (or refused its first request)")
+	}
+	for i := range 2 {
+		if !use("pro", "150") {
+			t.Errorf("pro request %d refused: the pro tier shares the free tier's spent budget", i+1)
+		}
+	}
+}
+
+// A body Envoy cut at max_request_bytes names no account: the account
+// limit does not apply (a cut value could name another account).
+func TestChargePartialBodyNamesNoAccount(t *testing.T) {
+	t.Parallel()
+	e := startCharge(t, chargePolicy)
+	for i := range 25 {
+		resp := e.check(t, checkFrom("198.51.100."+itoa(i+1), "POST", "/login", []byte(`{"username":"alice"}`), "x-envoy-auth-partial-body", "true"))
+		e.respond(t, chargeAdmitted(t, resp), 401, nil)
+	}
+	chargeAdmitted(t, e.login(t, "203.0.113.9", "alice", 200))
+}
+
+// A reply replayed from an Idempotency-Key record ran nothing upstream:
+// its reservation is refunded and nothing is charged, whatever it says.
+func TestChargeReplayedReplyRefunds(t *testing.T) {
+	t.Parallel()
+	e := startCharge(t, chargePolicy)
+	md := chargeAdmitted(t, e.check(t, checkFrom("192.0.2.1", "GET", "/t", nil, "x-tenant-id", "acme")))
+	e.respond(t, md, 200, nil, HeaderIdempotentReplayed, "true", "x-usage-tokens", "900")
+	labels := map[string]string{"route": "trailer-cost", "limit": "tokens"}
+	if got := e.counter(t, "extauthz_charge_refunded_total", labels); got != 100 {
+		t.Errorf("refunded %v, want the reservation (100)", got)
+	}
+	if got := e.counter(t, "extauthz_charged_cost_total", labels); got != 100 {
+		t.Errorf("charged %v, want only the reservation (100)", got)
+	}
+}

@@ -1,0 +1,86 @@
+package authz
+
+import (
+	"testing"
+
+	"github.com/extauthz/extauthz/internal/redistest"
+	"github.com/extauthz/extauthz/internal/testclock"
+	"github.com/extauthz/extauthz/pkg/envoy/internal/envoytest"
+	lockoutredis "github.com/extauthz/extauthz/pkg/ratelimit/lockout/redisstore"
+	"github.com/extauthz/extauthz/pkg/ratelimit/redisstore"
+)
+
+// chargeRedisPolicy has hour-long windows: Redis's own clock runs during
+// the test, and no window may turn over in it.
+const chargeRedisPolicy = `
+http:
+  identity:
+    sources: [{tenant_header: x-tenant-id}]
+  routes:
+    - name: login
+      path_prefix: /login
+      rate_limits:
+        - name: login-per-address
+          requests_per_unit: 5
+          unit: hour
+          algorithm: fixed_window
+          charge:
+            on_status: [401]
+            key: {client_address: {}}
+            lockout: {initial: 1h}
+    - name: chat
+      path_prefix: /v1/chat
+      rate_limits:
+        - {name: tokens, requests_per_unit: 1000, unit: hour, algorithm: fixed_window, charge: {cost: {json_field: usage.total_tokens}}}
+`
+
+// Two replicas on one Redis share the budgets exactly: requests checked by
+// one and charged by the other's ext_proc are one budget; a lockout one
+// replica trips refuses the key on the other.
+func TestChargeTwoReplicasShareExactly(t *testing.T) {
+	for _, kind := range []string{"standalone", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			var client redisstore.Client
+			var lc lockoutredis.Processor
+			if kind == "cluster" {
+				c := redistest.NewCluster(t).Client()
+				client, lc = c, c
+			} else {
+				c := redistest.Standalone(t).Client()
+				client, lc = c, c
+			}
+			limits, err := redisstore.New(client, redisstore.Options{Prefix: "c31"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lo, err := lockoutredis.New(lc, lockoutredis.Options{Prefix: "c31"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock := testclock.New(envoytest.T0)
+			a := startChargeOn(t, chargeRedisPolicy, clock, limits, lo)
+			b := startChargeOn(t, chargeRedisPolicy, clock, limits, lo)
+			replicas := []*chargeEnv{a, b}
+
+			for i := range 4 { // checked on one replica, charged on the other
+				check, charge := replicas[i%2], replicas[(i+1)%2]
+				md := chargeAdmitted(t, check.check(t, checkFrom("192.0.2.1", "POST", "/v1/chat", nil, "x-tenant-id", "acme")))
+				charge.respond(t, md, 200, []byte(`{"usage":{"total_tokens":300}}`))
+			}
+			for _, r := range replicas {
+				wantDenied(t, r.check(t, checkFrom("192.0.2.1", "POST", "/v1/chat", nil, "x-tenant-id", "acme")), 429, ProblemQuotaExceeded)
+			}
+			chargeAdmitted(t, b.check(t, checkFrom("192.0.2.1", "POST", "/v1/chat", nil, "x-tenant-id", "globex")))
+
+			for i := range 5 {
+				r := replicas[i%2]
+				md := chargeAdmitted(t, r.check(t, checkFrom("198.51.100.1", "POST", "/login", nil)))
+				replicas[(i+1)%2].respond(t, md, 401, nil)
+			}
+			for _, r := range replicas {
+				wantDenied(t, r.check(t, checkFrom("198.51.100.1", "POST", "/login", nil)), 429, ProblemLockedOut)
+			}
+			chargeAdmitted(t, a.check(t, checkFrom("198.51.100.2", "POST", "/login", nil)))
+		})
+	}
+}
