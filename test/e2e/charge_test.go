@@ -24,6 +24,7 @@ var chargeScenarios = []scenario{
 	{"tokens_streamed_last_event", testTokensStreamed},
 	{"tokens_concurrent_overshoot_bound", testTokensConcurrentOvershoot},
 	{"tokens_replicas_share_exactly", testTokensReplicasShare},
+	{"ext_proc_alone_wiring", testChargeExtProcAlone},
 }
 
 // TestChargeShippedExample runs the shipped example as docker compose runs

@@ -159,3 +159,26 @@ func testTokensReplicasShare(t *testing.T, s *stack) {
 		}
 	}
 }
+
+// Wiring (a), ext_proc alone (front-proxy.yaml's /payments route, ext_authz
+// off), checks and charges the same: testdata's charged-alone route counts
+// 401s (3 a minute) and costs from a header (1000 a minute), each caller
+// its own budgets. Three 401s spend the first: the next request is
+// refused. Four replies of 300 spend the second (the fifth request with
+// another tenant is refused).
+func testChargeExtProcAlone(t *testing.T, s *stack) {
+	failing := uniq("talone")
+	for i := 1; i <= 3; i++ {
+		r := tenantGet("/payments/charged", failing)
+		r.header[upstream.HeaderStatus] = "401"
+		if rep := s.do(t, r); rep.status != http.StatusUnauthorized {
+			t.Fatalf("failure %d: got %s, want the upstream's 401", i, rep)
+		}
+	}
+	if rep := s.do(t, tenantGet("/payments/charged", failing)); rep.status != http.StatusTooManyRequests {
+		t.Fatalf("after 3 counted 401s: got %s, want 429", rep)
+	}
+	if n := spendTokens(t, s, llmGet("/payments/charged", uniq("talone"), 300, "header")); n != 4 {
+		t.Fatalf("admitted %d replies of 300 on a budget of 1000, want 4", n)
+	}
+}
