@@ -44,7 +44,7 @@ func (st *procStream) chargeRequestHeaders(req *extprocv3.ProcessingRequest, h *
 		st.startCharges(p)
 		return nil, nil
 	}
-	if st.pol == nil {
+	if !anyCharged(st.pol) {
 		return nil, nil
 	}
 	hs := protoHeaders(h.GetHeaders())
@@ -61,6 +61,20 @@ func (st *procStream) chargeRequestHeaders(req *extprocv3.ProcessingRequest, h *
 		return nil, nil
 	}
 	return st.checkCharges(w)
+}
+
+// anyCharged reports whether a route of h has charged limits: without one
+// a stream skips reading the request for them.
+func anyCharged(h *policy.HTTP) bool {
+	if h == nil {
+		return false
+	}
+	for _, r := range h.Routes {
+		if r.HasCharged() {
+			return true
+		}
+	}
+	return false
 }
 
 // chargeRequestBody collects the body a waiting check needs; at its end

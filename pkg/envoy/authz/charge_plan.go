@@ -70,7 +70,7 @@ func planCharges(scope string, route *policy.Route, in callerInput, body []byte)
 // route, [tier], limit, [<source>=<value>]). The caller's budget is under
 // its scope; any other key is shared by every caller that names it (that
 // is its point: an account attacked from many addresses), so its scope is
-// empty and its value, hashed unless it is an address, is an entry. False
+// scopeShared and its value, hashed unless it is an address, is an entry. False
 // when the request does not name the key: the limit does not apply.
 func chargeKey(scope, route, tier string, c *policy.ChargedLimit, in callerInput, body []byte) (string, bool) {
 	entries := []ratelimit.Entry{{Key: "route", Value: route}}
@@ -96,8 +96,13 @@ func chargeKey(scope, route, tier string, c *policy.ChargedLimit, in callerInput
 		return "", false
 	}
 	entries = append(entries, ratelimit.Entry{Key: string(k.Kind), Value: v})
-	return ratelimit.Key("", httpLimitDomain, entries), true
+	return ratelimit.Key(scopeShared, httpLimitDomain, entries), true
 }
+
+// scopeShared is the scope of a charged limit's key shared by every caller
+// (an address, an account): like the other scopes it starts with scopeMark,
+// so no tenant header value can name it.
+const scopeShared = "~shared"
 
 // hashedValue keeps an account name out of the keyspace: hex SHA-256, ""
 // for "".
