@@ -159,3 +159,30 @@ http:
 		t.Errorf("style without a domain: %q", msg)
 	}
 }
+
+// TestChargeOverLimitLoads: charge_over_limit in a rate_limit or on every
+// limit of a rate_limits list marks the rule; a rule without it is not marked.
+func TestChargeOverLimitLoads(t *testing.T) {
+	t.Parallel()
+	p := mustLoad(t, "c.yaml", `
+domain: ai
+descriptors:
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: fixed_window, charge_over_limit: true}
+  - key: budget
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000, charge_over_limit: true}
+      - {unit: day, requests_per_unit: 100000, charge_over_limit: true}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 10, charge_over_limit: false}
+`)
+	for key, want := range map[string]bool{"tokens": true, "budget": true, "plain": false} {
+		m, ok := p.Domain("ai").Match(entries(key, "x"))
+		if !ok || m.Rule == nil {
+			t.Fatalf("%s did not match a rule", key)
+		}
+		if m.Rule.ChargeOverLimit != want {
+			t.Errorf("%s: ChargeOverLimit = %v, want %v", key, m.Rule.ChargeOverLimit, want)
+		}
+	}
+}

@@ -149,6 +149,19 @@ func (d *decoder) descriptor(f field, parent *node, b *domainBuilder) {
 	}
 }
 
+// sameChargeOver reports a rate_limits list whose limits disagree on
+// charge_over_limit: a descriptor's limits are decided as one request, so
+// they are charged the same way.
+func (d *decoder) sameChargeOver(f field, specs []limitSpec) {
+	for i, s := range specs {
+		if i > 0 && s.chargeOver != specs[0].chargeOver {
+			d.problem(f.line, fmt.Sprintf("%s[%d].charge_over_limit", f.path, i),
+				"must be the same on every limit of rate_limits (the descriptor's limits are charged as one)")
+			return
+		}
+	}
+}
+
 // rule builds the rule of a descriptor from rate_limit or rate_limits, or
 // returns nil when it has neither (a placeholder for nested descriptors, or,
 // with no children either, an allow-listed descriptor).
@@ -165,11 +178,13 @@ func (d *decoder) rule(df descriptorFields, b *domainBuilder) *Rule {
 		specs = []limitSpec{d.limit(df.rateLimit, inRateLimit)}
 	case hasMany:
 		specs = d.limitList(df.rateLimits, inRateLimits)
+		d.sameChargeOver(df.rateLimits, specs)
 	default:
 		return nil
 	}
 	r := &Rule{}
 	for _, s := range specs {
+		r.ChargeOverLimit = r.ChargeOverLimit || s.chargeOver
 		switch {
 		case s.unlimited:
 			r.Unlimited = true

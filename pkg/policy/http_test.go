@@ -184,6 +184,7 @@ func TestHTTPValidationErrors(t *testing.T) {
 		{"bad method", route("      methods: ['GET POST']\n"), "http.routes[0].methods[0]", "not an HTTP method"},
 		{"route limit unlimited", route("      rate_limits: [{unlimited: true}]\n"), "http.routes[0].rate_limits[0].unlimited", "only allowed in rate_limit"},
 		{"route limit replaces", route("      rate_limits: [{unit: second, requests_per_unit: 1, replaces: [{name: x}]}]\n"), "http.routes[0].rate_limits[0].replaces", "only allowed in descriptors"},
+		{"route limit charge_over_limit", route("      rate_limits: [{unit: second, requests_per_unit: 1, charge_over_limit: true}]\n"), "http.routes[0].rate_limits[0].charge_over_limit", "only allowed in descriptors"},
 		{"route limit bad unit", route("      rate_limits: [{unit: sec, requests_per_unit: 1}]\n"), "http.routes[0].rate_limits[0].unit", "unknown unit"},
 		{"unknown idempotency field", idem("key_requried: true"), "http.routes[0].idempotency.key_requried", "unknown field"}, //nolint:misspell // the typo is the test
 		{"bad lease_ttl", idem("lease_ttl: soon"), "http.routes[0].idempotency.lease_ttl", "positive duration"},

@@ -44,7 +44,9 @@ type limitSpec struct {
 	blocked   bool // requests_per_unit: 0
 	replaces  []ref
 	charge    *Charge // set for a charged limit (inRoute only)
-	ok        bool    // no problem was found in it
+	// chargeOver is charge_over_limit (see Rule.ChargeOverLimit).
+	chargeOver bool
+	ok         bool // no problem was found in it
 }
 
 // charged returns s as a ChargedLimit; nil when it is a counted limit.
@@ -72,6 +74,11 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 		case "replaces":
 			d.placeAllows(kv, place == inRoute, "replaces is only allowed in descriptors")
 			spec.replaces = d.replaces(kv)
+		case "charge_over_limit":
+			d.placeAllows(kv, place == inRoute,
+				"charge_over_limit is only allowed in descriptors (an HTTP route's limit takes charge)")
+			kvs[kv.key] = kv // only to report it beside unlimited
+			spec.chargeOver = d.boolean(kv)
 		case "charge":
 			d.placeAllows(kv, place != inRoute, "charge is only allowed in an HTTP route's (or tier's) rate_limits")
 			spec.charge = d.charge(kv)
@@ -80,7 +87,7 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 		}
 	}
 	if spec.unlimited {
-		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst", "consistency"} {
+		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst", "consistency", "charge_over_limit"} {
 			if kv, ok := kvs[k]; ok {
 				d.problem(kv.line, kv.path, "must not be set when unlimited is true")
 			}

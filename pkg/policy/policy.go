@@ -69,6 +69,13 @@ type Rule struct {
 	Blocked bool
 	// ShadowMode rules are counted, but an over-limit result is answered OK.
 	ShadowMode bool
+	// ChargeOverLimit (rate_limit.charge_over_limit) charges the rule's hits
+	// even when they take it over its limit, as envoyproxy/ratelimit counts
+	// them: a cost reported after the request ran (Envoy's
+	// apply_on_stream_done with a hits_addend) must land whatever is left.
+	// A hits_addend of 0 then checks that something is left, without
+	// charging. See the RLS server for how requests map to charge modes.
+	ChargeOverLimit bool
 	// Replaces names the rules this one drops from the same request.
 	Replaces []string
 	// DetailedMetric puts the descriptor's values into metric labels.

@@ -25,6 +25,7 @@ func TestFrontProxy(t *testing.T) {
 		{"hostile", hostileScenarios},
 		{"large_reply", largeReplyScenarios},
 		{"jwt", jwtScenarios},
+		{"charge", chargeScenarios},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

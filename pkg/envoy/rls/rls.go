@@ -197,6 +197,7 @@ func (s *RLS) decide(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit
 			return nil, errStoreReply
 		}
 	}
+	uncountChecks(reqs, decisions)
 	return decisions, nil
 }
 

@@ -34,6 +34,8 @@ type planned struct {
 	quota bool
 	// blocked denies without asking the store (requests_per_unit: 0).
 	blocked bool
+	// chargeOver is the rule's charge_over_limit (see storeRequest).
+	chargeOver bool
 	// batch is the index of the descriptor's ratelimit.Request, hits its cost.
 	batch int
 	hits  int64
@@ -109,9 +111,45 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest, fixed []stri
 			continue
 		}
 		items[i].batch = len(reqs)
-		reqs = append(reqs, ratelimit.Request{Key: keys[i], Limits: items[i].limits, Hits: h})
+		reqs = append(reqs, storeRequest(keys[i], &items[i]))
 	}
 	return items, reqs
+}
+
+// storeRequest is the store request of a counted descriptor. A
+// charge_over_limit rule is charged whatever the decision
+// (ratelimit.ChargeAlways): Envoy's apply_on_stream_done call carries a
+// cost the request already ran up, which must land even past the limit,
+// and which the server cannot tell from a request-time call. A hits_addend
+// of 0 on such a rule is the request-time check of that pattern: "is one
+// hit left?" (ratelimit.ChargeNever with Hits 1), refused once the budget
+// is spent. Elsewhere 0 hits admit whatever is spent, a check of nothing.
+func storeRequest(key string, p *planned) ratelimit.Request {
+	r := ratelimit.Request{Key: key, Limits: p.limits, Hits: p.hits}
+	switch {
+	case !p.chargeOver:
+	case p.hits == 0:
+		r.Hits, r.Charge = 1, ratelimit.ChargeNever
+	default:
+		r.Charge = ratelimit.ChargeAlways
+	}
+	return r
+}
+
+// uncountChecks gives each admitted check (ChargeNever, see storeRequest)
+// back the hit it was decided with, so that limit_remaining and the
+// RateLimit fields say what is left now, not after a hit nobody charged.
+func uncountChecks(reqs []ratelimit.Request, decisions []ratelimit.Decision) {
+	for i, r := range reqs {
+		if r.Charge != ratelimit.ChargeNever {
+			continue
+		}
+		for j := range decisions[i].Results {
+			if res := &decisions[i].Results[j]; res.Allowed {
+				res.Remaining += r.Hits
+			}
+		}
+	}
 }
 
 // onePlan is the plan of a one-descriptor request, the common case, and
@@ -152,6 +190,7 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		}
 		p, key := overridePlan(rule, terms, tenant, domain, keyEntries)
 		p.metric = m.MetricID
+		p.chargeOver = rule != nil && rule.ChargeOverLimit
 		return p, key
 	}
 	switch {
@@ -169,6 +208,8 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		shadow:  m.Rule.ShadowMode,
 		quota:   m.Rule.QuotaMode,
 		blocked: m.Rule.Blocked,
+
+		chargeOver: m.Rule.ChargeOverLimit,
 	}
 	return p, ratelimit.Key(tenant, domain, keyEntries)
 }

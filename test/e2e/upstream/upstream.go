@@ -23,6 +23,9 @@
 //	                              64 KiB chunks without Content-Length; the
 //	                              X-Upstream-Body-Sha256 header is their hash
 //
+// POST /login and X-Upstream-Usage serve the limits charged after the fact
+// (see charge.go).
+//
 // Every reply but /healthz is unique per execution (a random id in the body),
 // so an identical body on a retry proves a replay, not a second execution.
 //
@@ -42,6 +45,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,6 +184,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.enter(r.Header.Get(HeaderTenant))()
+	if strings.HasPrefix(r.URL.Path, LoginPath) {
+		s.count(r)
+		serveLogin(w, r)
+		return
+	}
 	n := s.count(r)
 	body, _ := io.ReadAll(r.Body)
 	if !sleep(r) {
@@ -215,6 +224,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeLate(w, r, status, h, Reply{
 			Execution: n, ID: randomHex(16), Method: r.Method, Path: r.URL.Path, Tenant: r.Header.Get(HeaderTenant),
 		})
+		return
+	}
+	if writeUsage(w, r, status, Reply{Execution: n, ID: randomHex(16), Method: r.Method, Path: r.URL.Path,
+		Tenant: r.Header.Get(HeaderTenant), Key: r.Header.Get(HeaderKey), RequestBytes: len(body)}) {
 		return
 	}
 	if r.Header.Get(HeaderBody) == "binary" {
