@@ -6,9 +6,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/extauthz/extauthz/internal/breaker"
 	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/failover"
 	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
+	lockoutfailover "github.com/extauthz/extauthz/pkg/ratelimit/lockout/failover"
 	lockoutmem "github.com/extauthz/extauthz/pkg/ratelimit/lockout/memstore"
 	lockoutredis "github.com/extauthz/extauthz/pkg/ratelimit/lockout/redisstore"
 )
@@ -24,10 +27,11 @@ type chargeDeps struct {
 // charged limits' metrics: in Redis on the same client when
 // EXTAUTHZ_REDIS_URL is set (keys <prefix>:lock:{...}, shared by every
 // replica, so a key locked by one is locked for all), else in memory
-// (bounded by EXTAUTHZ_MEMORY_MAX_KEYS). A lockout store failure is
-// answered like a rate-limit store failure on the request path (Envoy's
-// failure mode decides) and counted on the response path; there is no
-// per-process fallback, whose lockouts each replica would keep apart.
+// (bounded by EXTAUTHZ_MEMORY_MAX_KEYS). The Redis store answers by
+// EXTAUTHZ_FAILURE_MODE as the rate limits do, behind circuit breakers with
+// their EXTAUTHZ_REDIS_BREAKER_* settings (lockout/failover): open, an
+// in-process lockout store decides while Redis fails (the lockouts this
+// replica saw still hold); closed, every key with a lockout is refused.
 func newCharges(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *slog.Logger) (chargeDeps, error) {
 	m, err := authz.NewChargeMetrics(reg)
 	if err != nil {
@@ -42,6 +46,32 @@ func newCharges(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *
 	if err != nil {
 		return chargeDeps{}, fmt.Errorf("EXTAUTHZ_KEY_PREFIX: %w", err)
 	}
-	log.Info("lockout store", "kind", "redis", "key_prefix", cfg.KeyPrefix)
-	return chargeDeps{lockouts: s, metrics: m}, nil
+	guarded, err := lockoutFailover(cfg, s, rb.events, reg)
+	if err != nil {
+		return chargeDeps{}, err
+	}
+	log.Info("lockout store", "kind", "redis", "key_prefix", cfg.KeyPrefix, "failure_mode", cfg.FailureMode)
+	return chargeDeps{lockouts: guarded, metrics: m}, nil
+}
+
+// The failover keeps one breaker per cluster master through this.
+var _ lockoutfailover.Router = (*lockoutredis.Store)(nil)
+
+// lockoutFailover wraps the Redis lockout store in EXTAUTHZ_FAILURE_MODE
+// and the breakers.
+func lockoutFailover(cfg Config, s *lockoutredis.Store, events *redisEvents, reg prometheus.Registerer) (*lockoutfailover.Store, error) {
+	mode, err := failover.ParseMode(cfg.FailureMode)
+	if err != nil {
+		return nil, fmt.Errorf("EXTAUTHZ_FAILURE_MODE: %w", err)
+	}
+	var fallback *lockoutmem.Store
+	if mode == failover.Open {
+		fallback = lockoutmem.New(lockoutmem.Config{MaxKeys: cfg.MemoryMaxKeys})
+	}
+	return lockoutfailover.New(s, lockoutfailover.Options{Mode: mode, Fallback: fallback,
+		StoreOptions: breaker.StoreOptions{
+			Registerer: reg, FailureThreshold: cfg.RedisBreakerThreshold, CoolDown: cfg.RedisBreakerPause,
+			OnError:  func(node string, err error) { events.onError("lockout", node, err) },
+			OnChange: func(node string, open bool, err error) { events.onChange("lockout", node, open, err) },
+		}})
 }

@@ -115,6 +115,37 @@ func (s *Store) Trip(_ context.Context, key string, p lockout.Policy) (time.Dura
 	return st.last, st.trips, nil
 }
 
+// Hold locks key for left from now, a lockout some other store decided
+// (package lockout/failover keeps in its fallback the lockouts it saw in
+// Redis, so that they still hold while Redis is down), unless key is
+// locked longer already. trips is the count to keep (at least the one
+// already held, at least 1); the state is forgotten forget after the
+// lockout ends. Nothing happens when left is not positive or the store is
+// closed.
+func (s *Store) Hold(key string, left time.Duration, trips int64, forget time.Duration) {
+	if left <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keys == nil {
+		return
+	}
+	now := s.now()
+	st, ok := s.live(key, now)
+	if ok && !now.Add(left).After(st.until) {
+		return
+	}
+	if !ok {
+		s.makeRoom(now)
+	}
+	st.trips = max(st.trips, trips, 1)
+	st.last = left
+	st.until = now.Add(left)
+	st.forget = st.until.Add(max(forget, 0))
+	s.keys[key] = st
+}
+
 // Close implements lockout.Store: it drops every state; later calls answer
 // lockout.ErrClosed.
 func (s *Store) Close() error {

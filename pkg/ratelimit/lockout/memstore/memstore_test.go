@@ -204,3 +204,32 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Locked after Close = %v, want ErrClosed", err)
 	}
 }
+
+// Hold locks a key for the time given unless it is locked longer; a trip
+// after the held lockout ends escalates from it while the key is
+// remembered, and is a first trip once forgotten.
+func TestHold(t *testing.T) {
+	c := newClock()
+	s := memstore.New(memstore.Config{Now: c.now})
+	s.Hold("k", 10*time.Minute, 3, time.Hour)
+	if d := mustLocked(t, s, "k"); d != 10*time.Minute {
+		t.Fatalf("held: Locked %v, want 10m", d)
+	}
+	s.Hold("k", 5*time.Minute, 1, time.Hour) // shorter: changes nothing
+	if d, n := mustTrip(t, s, "k", login); d != 10*time.Minute || n != 3 {
+		t.Fatalf("trip while held = %v, %d; want 10m left, 3 trips", d, n)
+	}
+	c.advance(10 * time.Minute)
+	if d, n := mustTrip(t, s, "k", login); d != 20*time.Minute || n != 4 {
+		t.Fatalf("trip after the held lockout = %v, %d; want 20m (twice it), trip 4", d, n)
+	}
+	s.Hold("gone", 0, 1, time.Hour)
+	s.Hold("short", time.Minute, 0, 0) // forgotten as its lockout ends
+	if n := s.Keys(); n != 2 {
+		t.Fatalf("%d keys, want k and short", n)
+	}
+	c.advance(time.Minute)
+	if d, n := mustTrip(t, s, "short", login); d != time.Minute || n != 1 {
+		t.Fatalf("trip once the held state is forgotten = %v, %d; want a first trip", d, n)
+	}
+}
