@@ -3,6 +3,9 @@ package authz
 import (
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/internal/testclock"
 	"github.com/extauthz/extauthz/pkg/envoy/internal/envoytest"
@@ -34,18 +37,37 @@ http:
         - {name: tokens, requests_per_unit: 1000, unit: hour, algorithm: fixed_window, charge: {cost: {json_field: usage.total_tokens}}}
 `
 
-// Two replicas on one Redis share the budgets exactly: requests checked by
+// sentinelClient is the client the service builds for a master found
+// through sentinels (redisclient.New, a failover client).
+func sentinelClient(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	sn := redistest.NewSentinel(t)
+	c, err := redisclient.New(redisclient.Options{URL: "redis://:" + redistest.SentinelDataPassword + "@/0",
+		SentinelAddrs: sn.Addrs, SentinelMaster: redistest.SentinelMaster, SentinelPassword: redistest.SentinelPassword})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Two replicas on one Redis (standalone, cluster, or found through
+// Sentinel) share the budgets exactly: requests checked by
 // one and charged by the other's ext_proc are one budget; a lockout one
 // replica trips refuses the key on the other.
 func TestChargeTwoReplicasShareExactly(t *testing.T) {
-	for _, kind := range []string{"standalone", "cluster"} {
+	for _, kind := range []string{"standalone", "cluster", "sentinel"} {
 		t.Run(kind, func(t *testing.T) {
 			var client redisstore.Client
 			var lc lockoutredis.Processor
-			if kind == "cluster" {
+			switch kind {
+			case "cluster":
 				c := redistest.NewCluster(t).Client()
 				client, lc = c, c
-			} else {
+			case "sentinel":
+				c := sentinelClient(t)
+				client, lc = c, c
+			default:
 				c := redistest.Standalone(t).Client()
 				client, lc = c, c
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/extauthz/extauthz/internal/redisclient"
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
@@ -71,6 +72,22 @@ func TestChargeModesCluster(t *testing.T) {
 	for range 3 { // keys of several slots, hence nodes
 		playBudget(t, s, randomKey(t))
 	}
+}
+
+// TestChargeModesSentinel: the same scenario through the client the service
+// builds for Sentinel (redisclient.New, a failover client to the master
+// the sentinels name).
+func TestChargeModesSentinel(t *testing.T) {
+	t.Parallel()
+	sn := redistest.NewSentinel(t)
+	c, err := redisclient.New(redisclient.Options{URL: "redis://:" + redistest.SentinelDataPassword + "@/0",
+		SentinelAddrs: sn.Addrs, SentinelMaster: redistest.SentinelMaster, SentinelPassword: redistest.SentinelPassword})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s, _ := fixedStore(t, c)
+	playBudget(t, s, randomKey(t))
 }
 
 // A charged request never joins single.lua's batch, which cannot read its
