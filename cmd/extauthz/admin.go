@@ -138,7 +138,10 @@ func newAdminAPI(cfg Config, d adminDeps) (*admin.API, error) {
 	if err != nil {
 		return nil, err
 	}
-	az, err := authz.NewAuthz(d.limits, d.idem.store, d.policies, metrics, events, authz.WithInFlight(d.idem.inFlight))
+	// The lockout store, so that explain shows a charged limit's lockout;
+	// no metrics: explain checks and charges nothing.
+	charges := authz.WithCharges(d.limits, d.idem.charges.lockouts, nil)
+	az, err := authz.NewAuthz(d.limits, d.idem.store, d.policies, metrics, events, authz.WithInFlight(d.idem.inFlight), charges)
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,9 +23,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/extauthz/extauthz/internal/redistest"
+	"github.com/extauthz/extauthz/pkg/admin"
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/envoy/authz"
 	"github.com/extauthz/extauthz/pkg/policy"
+	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
 )
 
 // loginPolicy is a login route limited by its failures per address, with
@@ -237,5 +241,60 @@ func TestChargedLimitsClosedWithRedisDown(t *testing.T) {
 				t.Errorf("Retry-After %q, want 1", h.GetHeader().GetValue())
 			}
 		}
+	}
+}
+
+// TestAdminExplainShowsLockouts: the admin API's explain, built as the
+// process builds it, reads a charged limit's lockout from the lockout
+// store the servers use: a key locked through the store shows its time
+// left and would_answer 429.
+func TestAdminExplainShowsLockouts(t *testing.T) {
+	cfg := defaultConfig(t)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(loginPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, log := prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))
+	store, err := newStore(t.Context(), cfg, storeDeps{Registerer: reg, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	idem, err := newIdempotency(cfg, store, reg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := newAdminAPI(cfg, adminDeps{limits: store, idem: idem, reg: reg, log: log,
+		policies: envoy.PolicyFunc(func() *policy.Policy { return p })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	explain := func() admin.HTTPExplanation {
+		t.Helper()
+		req := httptest.NewRequest("POST", "/v1/explain", strings.NewReader(
+			`{"http": {"method": "POST", "path": "/login", "source_address": "192.0.2.1"}}`))
+		req.Host = "127.0.0.1:9003"
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, req)
+		var hx admin.HTTPExplanation
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &hx) != nil || len(hx.Charged) != 1 || hx.Charged[0].Lockout == nil {
+			t.Fatalf("explain = %d %s, want the charged limit and its lockout", rec.Code, rec.Body)
+		}
+		return hx
+	}
+	hx := explain()
+	if hx.WouldAnswer != "admit" || hx.Charged[0].Lockout.LockedForSeconds != 0 {
+		t.Fatalf("before the trip: %+v", hx)
+	}
+	if _, _, err := idem.charges.lockouts.Trip(t.Context(), hx.Charged[0].Counter, lockout.Policy{Initial: time.Hour, Factor: 2, Max: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if hx = explain(); hx.WouldAnswer != "429" || hx.Charged[0].Lockout.LockedForSeconds != 3600 {
+		t.Fatalf("after the trip: %s, %+v; want 429, locked for 3600s", hx.WouldAnswer, hx.Charged[0].Lockout)
 	}
 }

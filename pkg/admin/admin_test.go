@@ -23,6 +23,8 @@ import (
 	idemmem "github.com/extauthz/extauthz/pkg/idempotency/memstore"
 	"github.com/extauthz/extauthz/pkg/policy"
 	inflightmem "github.com/extauthz/extauthz/pkg/ratelimit/inflight/memstore"
+	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
+	lockoutmem "github.com/extauthz/extauthz/pkg/ratelimit/lockout/memstore"
 	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
 )
 
@@ -45,6 +47,25 @@ http:
       idempotency: {}
     - {name: reports, path_prefix: /reports, tier_limits: plans}
     - {name: exports, path_prefix: /exports, max_in_flight: 2, in_flight_ttl: 9s}
+    - name: login
+      path_prefix: /login
+      rate_limits:
+        - name: per-address
+          requests_per_unit: 3
+          unit: hour
+          algorithm: fixed_window
+          charge: {on_status: [401, 4xx], key: {client_address: {}}, lockout: {initial: 1m, max: 4m}}
+        - name: per-account
+          requests_per_unit: 20
+          unit: hour
+          charge: {on_status: [401], key: {json_field: user.name}}
+    - name: chat
+      path_prefix: /chat
+      rate_limits:
+        - name: tokens
+          requests_per_unit: 1000
+          unit: minute
+          charge: {cost: {json_field: usage.total_tokens, default: 50}, reserve: {header: x-max-tokens, default: 10}}
   tiers:
     plans:
       attribute: {header: x-plan}
@@ -61,6 +82,7 @@ type env struct {
 	rls     *rls.RLS
 	az      *authz.Authz
 	slots   *inflightmem.Store
+	locks   *lockoutmem.Store
 	records *idemmem.Store
 	reg     *prometheus.Registry
 	audit   []Audit
@@ -97,7 +119,9 @@ func newEnv(t *testing.T, token string) *env {
 		t.Fatal(err)
 	}
 	e.slots = inflightmem.New(inflightmem.Config{Now: func() time.Time { return now }})
-	if e.az, err = authz.NewAuthz(limits, e.records, src, m, events, authz.WithInFlight(e.slots)); err != nil {
+	e.locks = lockoutmem.New(lockoutmem.Config{Now: func() time.Time { return now }})
+	charges := authz.WithCharges(limits, e.locks, nil)
+	if e.az, err = authz.NewAuthz(limits, e.records, src, m, events, authz.WithInFlight(e.slots), charges); err != nil {
 		t.Fatal(err)
 	}
 	e.api, err = New(Options{RLS: e.rls, HTTP: e.az, Limits: limits, Records: e.records, Policies: src,
@@ -250,6 +274,49 @@ func TestExplainHTTPAndRateLimit(t *testing.T) {
 	}
 	e.do(t, "GET", "/v1/ratelimit/state?domain=edge", "", 400, nil)
 	e.do(t, "GET", "/v1/ratelimit/state?domain=edge&descriptor=novalue", "", 400, nil)
+}
+
+// TestExplainHTTPChargedLimits: explain shows a route's charged limits:
+// what each counts or where its cost is read, whose key and the counting
+// key when the request names it, the budget read without a charge, and
+// the lockout with the key's time left, which decides would_answer.
+func TestExplainHTTPChargedLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	body := `{"http": {"method": "POST", "path": "/login", "source_address": "198.51.100.7:5555"}}`
+	var hx HTTPExplanation
+	for range 2 { // twice: the first charged nothing
+		e.do(t, "POST", "/v1/explain", body, 200, &hx)
+	}
+	if hx.Route != "login" || hx.WouldAnswer != "admit" || len(hx.Limits) != 0 || len(hx.Charged) != 2 {
+		t.Fatalf("explain of a login = %+v", hx)
+	}
+	addr, account := hx.Charged[0], hx.Charged[1]
+	if addr.Name != "per-address" || addr.KeySource != "client_address" || strings.Join(addr.OnStatus, ",") != "401,4xx" ||
+		addr.Counter == "" || addr.Key == "" || addr.Remaining != 3 || addr.Limit != 3 || addr.Cost != "" {
+		t.Fatalf("address limit = %+v", addr)
+	}
+	if l := addr.Lockout; l == nil || l.InitialSeconds != 60 || l.Factor != 2 || l.MaxSeconds != 240 || l.ForgetSeconds != 480 || l.LockedForSeconds != 0 {
+		t.Fatalf("address lockout = %+v", addr.Lockout)
+	}
+	if account.KeySource != "json_field user.name" || account.Counter != "" || account.Key != "" || account.Lockout != nil {
+		t.Fatalf("account limit (its key is in the body explain is not given) = %+v", account)
+	}
+	if _, _, err := e.locks.Trip(context.Background(), addr.Counter, lockout.Policy{Initial: time.Minute, Factor: 2, Max: 4 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	e.do(t, "POST", "/v1/explain", body, 200, &hx)
+	if l := hx.Charged[0].Lockout; hx.WouldAnswer != "429" || l.LockedForSeconds != 60 {
+		t.Fatalf("explain of a locked-out address = %s, %+v; want 429, 60s left", hx.WouldAnswer, l)
+	}
+
+	var cx HTTPExplanation
+	e.do(t, "POST", "/v1/explain", `{"http": {"method": "POST", "path": "/chat", "headers": {"x-tenant-id": "acme"}}}`, 200, &cx)
+	if len(cx.Charged) != 1 || cx.Charged[0].Cost != "json_field usage.total_tokens, default 50" ||
+		cx.Charged[0].Reserve != "header x-max-tokens, default 10" || cx.Charged[0].KeySource != "caller" ||
+		cx.Charged[0].Remaining != 1000 || cx.WouldAnswer != "admit" {
+		t.Fatalf("explain of a cost limit = %+v", cx)
+	}
 }
 
 // TestRecordGetAndDelete: a record in flight is shown and kept unless

@@ -67,6 +67,9 @@ type HTTPExplanation struct {
 	// InFlight is the caller's max_in_flight slots on the route (routes
 	// with max_in_flight only).
 	InFlight *InFlightState `json:"in_flight,omitempty"`
+	// Charged is the route's charged limits (the caller's tier's), read
+	// as their check reads them: nothing charged, no lockout tripped.
+	Charged []ChargedLimitState `json:"charged,omitempty"`
 }
 
 // InFlightState is a caller's max_in_flight slots on a route, counted
@@ -155,5 +158,7 @@ func (a *API) explainHTTP(r *http.Request, c *HTTPCall) (any, []string, error) {
 			keys = append(keys, f.Held.Where)
 		}
 	}
+	charged, chargedKeys := a.chargedStates(ex.Charged)
+	out.Charged, keys = charged, append(keys, chargedKeys...)
 	return out, keys, nil
 }

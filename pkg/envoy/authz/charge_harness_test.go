@@ -81,6 +81,7 @@ type chargeEnv struct {
 	clock   *testclock.Clock
 	reg     *prometheus.Registry
 	metrics *ChargeMetrics
+	az      *Authz // the server behind authz, for Explain
 	authz   authv3.AuthorizationClient
 	proc    extprocv3.ExternalProcessorClient
 }
@@ -120,6 +121,7 @@ func startChargeOn(t *testing.T, yaml string, clock *testclock.Clock, limits rat
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.az = az
 	conn := envoytest.ServeLoopback(t, both{az, ep})
 	e.authz = authv3.NewAuthorizationClient(conn)
 	e.proc = extprocv3.NewExternalProcessorClient(conn)

@@ -51,6 +51,27 @@ type Explanation struct {
 	// InFlight is the caller's max_in_flight slots on the route; nil when
 	// the route has no max_in_flight.
 	InFlight *InFlightState
+	// Charged is the state of the route's charged limits (the caller's
+	// tier's), in policy order; nil when the route has none or the request
+	// is exempt.
+	Charged []ChargedState
+}
+
+// ChargedState is one charged limit of a request, read as its check would
+// read it (without charging) and without its lockout tripping.
+type ChargedState struct {
+	// Limit is the policy's: its name and budget, what its responses are
+	// charged (Charge.OnStatus or Charge.Cost, Charge.Reserve), the key's
+	// source (Charge.Key) and the lockout (Charge.Lockout).
+	Limit *policy.ChargedLimit
+	// Key is the counting key, and the lockout's; "" when the request does
+	// not name it (no such header, or a key from the request body, which
+	// explain is not given): the limit does not apply to the request.
+	Key string
+	// Result is the budget's state under Key; zero when Key is "".
+	Result ratelimit.Result
+	// LockedFor is how long Key stays locked out (limits with a lockout).
+	LockedFor time.Duration
 }
 
 // InFlightState is a caller's max_in_flight slots on a route, read
@@ -133,6 +154,9 @@ func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanat
 		return ex, nil
 	}
 	if err := s.explainInFlight(ctx, &ex, scope); err != nil {
+		return ex, err
+	}
+	if err := s.explainCharged(ctx, &ex, scope, caller); err != nil {
 		return ex, err
 	}
 	if !ex.Route.HasLimits() {
