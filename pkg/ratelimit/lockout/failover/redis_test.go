@@ -24,7 +24,7 @@ import (
 // the other masters are still decided by Redis: a lockout set there by
 // another replica during the pause is seen.
 func TestClusterBreakerPerNode(t *testing.T) {
-	cl := redistest.NewCluster(t) // cluster-node-timeout 5s: the test is done before the paused node is marked failed
+	cl := redistest.NewCluster(t)                                                   // cluster-node-timeout 5s: the test is done before the paused node is marked failed
 	client, err := redisclient.New(redisclient.Options{URL: cl.URL, Cluster: true}) // as the service builds it: calls end at their deadline
 	if err != nil {
 		t.Fatal(err)
