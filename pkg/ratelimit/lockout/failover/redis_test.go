@@ -24,8 +24,11 @@ import (
 // the other masters are still decided by Redis: a lockout set there by
 // another replica during the pause is seen.
 func TestClusterBreakerPerNode(t *testing.T) {
-	cl := redistest.NewCluster(t)                                                   // cluster-node-timeout 5s: the test is done before the paused node is marked failed
-	client, err := redisclient.New(redisclient.Options{URL: cl.URL, Cluster: true}) // as the service builds it: calls end at their deadline
+	// cluster-node-timeout 5s: the test is done before the paused master
+	// is marked failed (and every node answers CLUSTERDOWN).
+	cl := redistest.NewCluster(t)
+	// The client as the service builds it: calls end at their deadline.
+	client, err := redisclient.New(redisclient.Options{URL: cl.URL, Cluster: true})
 	if err != nil {
 		t.Fatal(err)
 	}
