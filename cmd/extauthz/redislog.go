@@ -38,7 +38,8 @@ func newRedisEvents(log *slog.Logger, cluster bool) *redisEvents {
 }
 
 // onError is told of one failed Redis call of a store ("ratelimit",
-// "idempotency", "inflight") on node ("" when the client has one node).
+// "idempotency", "inflight", "lockout") on node ("" when the client has one
+// node).
 func (e *redisEvents) onError(store, node string, err error) {
 	if !e.cluster && isMoved(err) {
 		e.wrongMode(err)
