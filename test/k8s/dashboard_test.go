@@ -39,8 +39,10 @@ func loadDashboard(t *testing.T) dashboard {
 }
 
 var (
-	// metricDef is how the service names its metrics: Name: "extauthz_...".
-	metricDef = regexp.MustCompile(`Name:\s*"(extauthz_[a-z0-9_]+)"`)
+	// metricDef is how the service names its metrics: Name: "extauthz_..."
+	// in prometheus' Opts, or a counter's "extauthz_..._total" in a table
+	// of metrics built in a loop (the charged limits' metrics are).
+	metricDef = regexp.MustCompile(`Name:\s*"(extauthz_[a-z0-9_]+)"|"(extauthz_[a-z0-9_]+_total)"`)
 	// metricUse is a metric name in a PromQL expression.
 	metricUse = regexp.MustCompile(`\bextauthz_[a-z0-9_]+`)
 	// labelMatch is a matcher on a label whose values the code defines.
@@ -79,7 +81,7 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 	src := serviceSource(t)
 	defined := map[string]bool{}
 	for _, m := range metricDef.FindAllStringSubmatch(src, -1) {
-		defined[m[1]] = true
+		defined[m[1]+m[2]] = true // one of the two groups matched
 	}
 	if len(defined) == 0 {
 		t.Fatal("no extauthz metrics found in pkg/ and cmd/")

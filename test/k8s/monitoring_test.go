@@ -42,7 +42,7 @@ func TestAlertsParseAndUseExportedMetrics(t *testing.T) {
 	src := serviceSource(t)
 	defined := map[string]bool{}
 	for _, m := range metricDef.FindAllStringSubmatch(src, -1) {
-		defined[m[1]] = true
+		defined[m[1]+m[2]] = true // one of the two groups matched
 	}
 	rule := decodeOne[*monitoringv1.PrometheusRule](t, ruleFile)
 	used := map[string]bool{}
