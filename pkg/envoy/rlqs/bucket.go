@@ -97,10 +97,15 @@ func (st *stream) resolve(b *bucket) {
 func (st *stream) refreshOnReport() time.Duration { return st.s.opts.ReportInterval / 2 }
 
 // refreshOnTick is the age from which a tick refreshes an assignment: an
-// interval, so that a stream whose reports stopped still has its
-// assignments refreshed before they expire, without a second message per
-// interval while they come.
-func (st *stream) refreshOnTick() time.Duration { return st.s.opts.ReportInterval }
+// interval less half a tick (at least half an interval), so that one sent
+// by a tick between two reports is refreshed by the tick an interval later
+// whatever the ticks' jitter, never a tick after that; and a stream whose
+// reports stopped still has its assignments refreshed before they expire,
+// without a second message per interval while the reports come.
+func (st *stream) refreshOnTick() time.Duration {
+	o := st.s.opts
+	return max(o.ReportInterval-o.Tick/2, o.ReportInterval/2)
+}
 
 // budgetOf is the tightest of a rule's limits as a rate: RLQS enforces
 // rates, so a limit per day becomes its average rate.

@@ -39,3 +39,35 @@ func TestEveryReportRefreshesTheAssignment(t *testing.T) {
 		}
 	}
 }
+
+// A tick refreshes an assignment that is a tick short of an interval old,
+// for the same reason: a stream whose last assignment was sent by a tick
+// between two reports would otherwise wait for the tick after a full
+// interval, up to a second more, and its report at that moment may be the
+// one that never arrives because the stream ended.
+func TestATickRefreshesTheAssignmentBeforeAFullInterval(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{Tick: 10 * time.Millisecond}, nil)
+	c := h.open(t)
+	send(t, c, "quota", usage(acme, 1, 0))
+	first := tokensOf(recv(t, c)["acme"])
+	h.clock.Add(quota.ReportInterval - 5*time.Millisecond) // the ticks' now: under one interval by half a tick
+	got := make(chan tokens, 1)
+	go func() {
+		resp, err := c.Recv()
+		if err != nil {
+			return
+		}
+		for _, a := range resp.GetBucketAction() {
+			got <- tokensOf(a.GetQuotaAssignmentAction().GetRateLimitStrategy())
+		}
+	}()
+	select {
+	case g := <-got:
+		if g != first {
+			t.Errorf("refresh: %+v, want the same assignment %+v", g, first)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no refresh from the ticks of the following 2 s, with the assignment half a tick short of an interval old")
+	}
+}
