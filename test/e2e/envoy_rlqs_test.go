@@ -18,7 +18,8 @@ import (
 // TestEnvoyRLQSBehaviour pins what the Envoy binary does with RLQS
 // assignments, the facts extauthz's RLQS server and quota.BucketFor are
 // built on (docs/rlqs.md, "What Envoy 1.40 does and does not enforce"). A
-// stub RLQS server answers each tenant's bucket with a fixed strategy;
+// stub RLQS server answers each tenant's bucket with a fixed strategy (or
+// one at the first report and another after);
 // envoy/rlqs.yaml runs with reporting_interval 1s and
 // expired_assignment_behavior reuse_last_assignment. When Envoy is
 // upgraded and this fails, the assumption it names has changed.
@@ -28,7 +29,11 @@ func TestEnvoyRLQSBehaviour(t *testing.T) {
 		"truncated": {strategy: tokenBucket(7, 1500*time.Millisecond, 7), ttl: time.Minute},
 		"slow":      {strategy: tokenBucket(30, time.Minute, 1), ttl: time.Minute},
 		"expiring":  {strategy: tokenBucket(2, time.Second, 2), ttl: 2 * time.Second, once: true},
-		"denied":    {strategy: &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}, ttl: time.Minute},
+		"denied":    {strategy: denyAll, ttl: time.Minute},
+		// At the second report (5 s) a token bucket of burst 30 replaces
+		// a blanket rule, or a token bucket of burst 10.
+		"fromdeny": {strategy: denyAll, then: tokenBucket(600, time.Minute, 30), ttl: time.Minute},
+		"changed":  {strategy: tokenBucket(600, time.Minute, 10), then: tokenBucket(600, time.Minute, 30), ttl: time.Minute},
 	})
 	s := newStack(t, stackOpts{config: "rlqs.yaml", noExtauthz: true, edit: func(src []byte) []byte {
 		out := strings.Replace(string(src), "reporting_interval: 5s", "reporting_interval: 1s", 1)
@@ -37,7 +42,7 @@ func TestEnvoyRLQSBehaviour(t *testing.T) {
 	}})
 	e := s.launchEnvoy("envoy-stub", []string{stub.addr})
 	var loads []*offered
-	for _, tenant := range []string{"truncated", "slow", "expiring", "denied"} {
+	for _, tenant := range []string{"truncated", "slow", "expiring", "denied", "fromdeny", "changed"} {
 		loads = append(loads, &offered{name: tenant, url: e.url, rps: 20, tenant: tenant})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -74,12 +79,36 @@ func TestEnvoyRLQSBehaviour(t *testing.T) {
 		t.Errorf("reports with reporting_interval 1s came %v apart, want Envoy 1.40's fixed 5s", gaps)
 	}
 	checkDenyResponse(t, loads[3])
+	checkBurstOnReplace(t, start, loads[4], loads[5])
 }
+
+// checkBurstOnReplace: a token bucket that replaces a blanket rule starts
+// full (max_tokens at once); one that replaces a token bucket does not,
+// though Envoy builds a new one when any field differs. Counted from 5.5 s
+// (the second report, at 5 s, installs them) to 9 s at 20 requests/s and
+// 10 tokens/s: full, 30 + 35 = 65; not, about 35.
+func checkBurstOnReplace(t *testing.T, start time.Time, fromDeny, changed *offered) {
+	t.Helper()
+	from, to := start.Add(5500*time.Millisecond), start.Add(9*time.Second)
+	for _, l := range []*offered{fromDeny, changed} {
+		ok, denied := l.count(from, to)
+		t.Logf("%s: %d admitted, %d denied from 5.5 s to 9 s", l.name, ok, denied)
+	}
+	if ok, _ := fromDeny.count(from, to); ok < 50 {
+		t.Errorf("a token bucket (max 30, 10/s) after DENY_ALL: %d admitted in 3.5 s, want about 65: it starts full", ok)
+	}
+	if ok, _ := changed.count(from, to); ok > 50 {
+		t.Errorf("a token bucket (max 30, 10/s) replacing one of max 10: %d admitted in 3.5 s, want about 35: it keeps the tokens the old one had", ok)
+	}
+}
+
+var denyAll = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 
 type stubAnswer struct {
 	strategy *typev3.RateLimitStrategy
 	ttl      time.Duration
-	once     bool // answer only the bucket's first report
+	once     bool                      // answer only the bucket's first report
+	then     *typev3.RateLimitStrategy // when set, the answer from the bucket's second report on
 }
 
 // rlqsStub is an RLQS server that answers each bucket by its tenant and
@@ -124,11 +153,15 @@ func (s *rlqsStub) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Str
 			if !ok || (a.once && n > 1) {
 				continue
 			}
+			strategy := a.strategy
+			if a.then != nil && n > 1 {
+				strategy = a.then
+			}
 			actions = append(actions, &rlqspb.RateLimitQuotaResponse_BucketAction{
 				BucketId: u.GetBucketId(),
 				BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 					QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-						AssignmentTimeToLive: durationpb.New(a.ttl), RateLimitStrategy: a.strategy,
+						AssignmentTimeToLive: durationpb.New(a.ttl), RateLimitStrategy: strategy,
 					},
 				},
 			})

@@ -85,6 +85,28 @@ func (st *stream) resolve(b *bucket) {
 	}
 }
 
+// refreshOnReport is the age from which a report refreshes an assignment:
+// half an interval, so that every report does (Envoy reports once per
+// interval, give or take a few milliseconds) and the assignment an Envoy
+// holds is never much older than one interval. Its stream may end at any
+// moment and Envoy re-opens it only at its next report, up to an interval
+// later: the old assignment must outlive that and the new stream's first
+// answer (assignment_time_to_live is two intervals and a second). With a
+// full interval, a report that came a millisecond early left the refresh
+// to the next tick, a second older, and used up that second.
+func (st *stream) refreshOnReport() time.Duration { return st.s.opts.ReportInterval / 2 }
+
+// refreshOnTick is the age from which a tick refreshes an assignment: an
+// interval less half a tick (at least half an interval), so that one sent
+// by a tick between two reports is refreshed by the tick an interval later
+// whatever the ticks' jitter, never a tick after that; and a stream whose
+// reports stopped still has its assignments refreshed before they expire,
+// without a second message per interval while the reports come.
+func (st *stream) refreshOnTick() time.Duration {
+	o := st.s.opts
+	return max(o.ReportInterval-o.Tick/2, o.ReportInterval/2)
+}
+
 // budgetOf is the tightest of a rule's limits as a rate: RLQS enforces
 // rates, so a limit per day becomes its average rate.
 func budgetOf(limits []ratelimit.Limit) float64 {
@@ -97,12 +119,13 @@ func budgetOf(limits []ratelimit.Limit) float64 {
 
 // assign decides what to send for b now (nothing when the last one still
 // holds): the policy's answer for blanket buckets, else the client's share,
-// sent when it changed materially or is due for a refresh.
-func (st *stream) assign(ctx context.Context, b *bucket, now time.Time) decision {
+// sent when it changed materially or is due for a refresh: when the last
+// one is refreshAge old (refreshOnReport, refreshOnTick).
+func (st *stream) assign(ctx context.Context, b *bucket, now time.Time, refreshAge time.Duration) decision {
 	if st.s.opts.Policy() != b.pol {
 		st.rematch(b)
 	}
-	due := !b.sent || now.Sub(b.sentAt) >= st.s.opts.ReportInterval
+	due := !b.sent || now.Sub(b.sentAt) >= refreshAge
 	if b.kind != kindShared {
 		if !due && b.lastKind == b.kind {
 			return decision{}

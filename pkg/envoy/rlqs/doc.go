@@ -44,8 +44,10 @@
 // Assignments are pushed when a report changes them materially
 // (quota.Material), on a per-stream tick that re-reads the allocation (so an
 // Envoy learns of other Envoys' reports within one tick, on whichever
-// replica they report), and at least once per report interval so that they
-// never expire (assignment_time_to_live is two intervals plus one second).
+// replica they report), and re-sent at every report (and by a tick when one
+// is about an interval old) so that they never expire, not even while an
+// Envoy whose stream ended waits for its next report to re-open it
+// (assignment_time_to_live is two intervals plus one second).
 //
 // Faults: request-shaped input never ends a stream (a bucket that cannot be
 // matched is answered ALLOW_ALL; an empty bucket ID is ignored and counted);

@@ -100,7 +100,7 @@ func (st *stream) report(m *rlqspb.RateLimitQuotaUsageReports) error {
 			st.charge(ctx, b, u.GetNumRequestsAllowed())
 			b.reported = true
 		}
-		return st.assign(ctx, b, now)
+		return st.assign(ctx, b, now, st.refreshOnReport())
 	})
 	out = actions(ds)
 	return st.sendAndRecord(out, ds, now)
@@ -115,7 +115,7 @@ func (st *stream) refresh() error {
 	ctx, cancel := st.reportContext(st.ctx)
 	defer cancel()
 	ds := decideAll(ctx, len(keys), func(ctx context.Context, i int) decision {
-		return st.assign(ctx, st.buckets[keys[i]], now)
+		return st.assign(ctx, st.buckets[keys[i]], now, st.refreshOnTick())
 	})
 	return st.sendAndRecord(actions(ds), ds, now)
 }

@@ -23,9 +23,10 @@ type TokenBucket struct {
 	// everything.
 	FillInterval time.Duration
 	// MaxTokens is the burst, at least 1 unless DenyAll. Envoy 1.40 starts a
-	// bucket's first assignment full, so a client may admit MaxTokens at
-	// once then; a changed assignment keeps the tokens the bucket holds
-	// (measured: docs/rlqs.md).
+	// token bucket full when it replaces no assignment or a blanket rule (a
+	// first assignment, an expired one's fallback, ALLOW_ALL, DENY_ALL), so
+	// a client may admit MaxTokens at once then; one that replaces a token
+	// bucket does not start full (measured: docs/rlqs.md).
 	MaxTokens uint32
 }
 
@@ -101,8 +102,9 @@ func (o BucketOptions) withDefaults() BucketOptions {
 // TokensPerFill / FillInterval <= rate, exactly.
 //
 // Burst allowance: MaxTokens is max(1, floor(rate*Burst)), and Envoy starts
-// a bucket's first assignment full (1.40 keeps the tokens on later changes;
-// the bound below does not rely on it). So over any t seconds a client admits
+// a token bucket full when it replaces no assignment or a blanket rule
+// (1.40 does not when it replaces a token bucket; the bound below does not
+// rely on it). So over any t seconds a client admits
 // at most rate*t plus MaxTokens per assignment it installs in that time, and
 // across the clients of one allocation (shares summing to at most the
 // budget) the allowance on top of budget*t is at most budget*Burst plus one
