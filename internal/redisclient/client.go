@@ -25,6 +25,20 @@ import (
 // empty.
 const DefaultPrefix = "xa"
 
+// KeyPrefix returns the prefix a store's keys start with: p, or
+// DefaultPrefix when p is empty. A brace in p is refused: every store keeps
+// one state under one {…} hash tag, and a brace in the prefix would move
+// the tag (and the key's slot) away from it.
+func KeyPrefix(p string) (string, error) {
+	if strings.ContainsAny(p, "{}") {
+		return "", fmt.Errorf("prefix %q must not contain '{' or '}'", p)
+	}
+	if p == "" {
+		return DefaultPrefix, nil
+	}
+	return p, nil
+}
+
 // ErrConfig means Options are unusable; the message names the field.
 var ErrConfig = errors.New("redis client config")
 

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/extauthz/extauthz/internal/redisclient"
@@ -70,16 +69,14 @@ func New(client Processor, o Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("idempotency redisstore: nil client")
 	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return nil, fmt.Errorf("idempotency redisstore: prefix %q must not contain '{' or '}'", o.Prefix)
+	prefix, err := redisclient.KeyPrefix(o.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency redisstore: %w", err)
 	}
 	if err := o.Wait.check(client); err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, prefix: o.Prefix, maxBody: o.MaxBodyBytes, compress: o.CompressAbove, wait: o.Wait}
-	if s.prefix == "" {
-		s.prefix = DefaultPrefix
-	}
+	s := &Store{client: client, prefix: prefix, maxBody: o.MaxBodyBytes, compress: o.CompressAbove, wait: o.Wait}
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}

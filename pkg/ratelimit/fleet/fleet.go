@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,9 +124,11 @@ func New(client redisscript.Processor, opts Options) (*Presence, error) {
 }
 
 func withDefaults(client redisscript.Processor, o Options) (Options, error) {
-	if o.Prefix == "" {
-		o.Prefix = redisclient.DefaultPrefix
+	prefix, err := redisclient.KeyPrefix(o.Prefix)
+	if err != nil {
+		return o, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
 	}
+	o.Prefix = prefix
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
 	}
@@ -139,8 +140,6 @@ func withDefaults(client redisscript.Processor, o Options) (Options, error) {
 		return o, fmt.Errorf("%w: nil client", ErrInvalidOptions)
 	case o.Registerer == nil:
 		return o, fmt.Errorf("%w: nil Registerer", ErrInvalidOptions)
-	case strings.ContainsAny(o.Prefix, "{}"):
-		return o, fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOptions, o.Prefix)
 	case o.Interval < time.Millisecond || o.TTL < o.Interval:
 		return o, fmt.Errorf("%w: Interval must be at least 1ms and TTL at least Interval, got %s and %s", ErrInvalidOptions, o.Interval, o.TTL)
 	}

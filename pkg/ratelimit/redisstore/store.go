@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,12 +91,11 @@ func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
+	prefix, err := redisclient.KeyPrefix(opts.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	if strings.ContainsAny(opts.Prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix)
-	}
+	opts.Prefix = prefix
 	if opts.CallTimeout < 0 {
 		return nil, fmt.Errorf("redisstore: CallTimeout %s must not be negative", opts.CallTimeout)
 	}

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -78,14 +77,11 @@ func New(client Processor, o Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("inflight redisstore: nil client")
 	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return nil, fmt.Errorf("inflight redisstore: prefix %q must not contain '{' or '}'", o.Prefix)
+	prefix, err := redisclient.KeyPrefix(o.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("inflight redisstore: %w", err)
 	}
-	s := &Store{client: client, prefix: o.Prefix}
-	if s.prefix == "" {
-		s.prefix = DefaultPrefix
-	}
-	return s, nil
+	return &Store{client: client, prefix: prefix}, nil
 }
 
 // Key returns the Redis key of key.

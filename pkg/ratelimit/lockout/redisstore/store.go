@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,14 +76,11 @@ func New(client Processor, o Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("lockout redisstore: nil client")
 	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return nil, fmt.Errorf("lockout redisstore: prefix %q must not contain '{' or '}'", o.Prefix)
+	prefix, err := redisclient.KeyPrefix(o.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("lockout redisstore: %w", err)
 	}
-	s := &Store{client: client, prefix: o.Prefix}
-	if s.prefix == "" {
-		s.prefix = DefaultPrefix
-	}
-	return s, nil
+	return &Store{client: client, prefix: prefix}, nil
 }
 
 // Key returns the Redis key of key.

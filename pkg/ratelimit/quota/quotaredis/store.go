@@ -93,12 +93,11 @@ func New(client redisscript.Processor, o Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("quotaredis: nil client")
 	}
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+	prefix, err := redisclient.KeyPrefix(o.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", quota.ErrInvalidOptions, err)
 	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return nil, fmt.Errorf("%w: prefix %q must not contain '{' or '}'", quota.ErrInvalidOptions, o.Prefix)
-	}
+	o.Prefix = prefix
 	if o.TTL == 0 {
 		o.TTL = quota.DefaultTTL
 	}
