@@ -37,6 +37,9 @@ type RLS struct {
 	secret    map[string]bool
 	anomalies envoy.SampledLog
 	mode      rlsMode
+	// charging and overrideAlg: see WithCharging, WithDefaultAlgorithm.
+	charging    Charging
+	overrideAlg ratelimit.Algorithm
 }
 
 // defaultSecretKeys are the descriptor entry keys whose values are hashed
@@ -95,7 +98,7 @@ func NewRLS(store ratelimit.Store, policies envoy.PolicySource, metrics *envoy.M
 	case metrics == nil:
 		return nil, errors.New("envoy: NewRLS: nil metrics")
 	}
-	s := &RLS{store: store, policies: policies, metrics: metrics, tenantKey: DefaultTenantKey}
+	s := &RLS{store: store, policies: policies, metrics: metrics, tenantKey: DefaultTenantKey, overrideAlg: ratelimit.GCRA}
 	WithSecretKeys(defaultSecretKeys...)(s)
 	for _, o := range opts {
 		if o != nil {
@@ -185,7 +188,13 @@ func (s *RLS) decide(ctx context.Context, reqs []ratelimit.Request) ([]ratelimit
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	decisions, err := s.store.AllowBatch(ctx, reqs)
+	var decisions []ratelimit.Decision
+	var err error
+	if s.charging == ChargeStopWhenOverLimit {
+		decisions, err = s.decideStopping(ctx, reqs)
+	} else {
+		decisions, err = s.store.AllowBatch(ctx, reqs)
+	}
 	if err != nil {
 		return nil, err
 	}

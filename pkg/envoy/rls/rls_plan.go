@@ -36,6 +36,8 @@ type planned struct {
 	blocked bool
 	// chargeOver is the rule's charge_over_limit (see storeRequest).
 	chargeOver bool
+	// refund marks a descriptor with is_negative_hits: hits is negative.
+	refund bool
 	// batch is the index of the descriptor's ratelimit.Request, hits its cost.
 	batch int
 	hits  int64
@@ -107,33 +109,20 @@ func (s *RLS) plan(dom *policy.Domain, req *rlsv3.RateLimitRequest, fixed []stri
 			continue
 		}
 		h := descriptorHits(descs[i], hits)
-		if items[i].hits = h; items[i].blocked {
+		if descs[i].GetIsNegativeHits() {
+			h, items[i].refund = -h, true
+		}
+		switch items[i].hits = h; {
+		case items[i].blocked && items[i].refund:
+			items[i].outcome = OutcomeRefunded // nothing was charged to give back
+			continue
+		case items[i].blocked:
 			continue
 		}
 		items[i].batch = len(reqs)
-		reqs = append(reqs, storeRequest(keys[i], &items[i]))
+		reqs = append(reqs, storeRequest(keys[i], &items[i], s.charging))
 	}
 	return items, reqs
-}
-
-// storeRequest is the store request of a counted descriptor. A
-// charge_over_limit rule is charged whatever the decision
-// (ratelimit.ChargeAlways): Envoy's apply_on_stream_done call carries a
-// cost the request already ran up, which must land even past the limit,
-// and which the server cannot tell from a request-time call. A hits_addend
-// of 0 on such a rule is the request-time check of that pattern: "is one
-// hit left?" (ratelimit.ChargeNever with Hits 1), refused once the budget
-// is spent. Elsewhere 0 hits admit whatever is spent, a check of nothing.
-func storeRequest(key string, p *planned) ratelimit.Request {
-	r := ratelimit.Request{Key: key, Limits: p.limits, Hits: p.hits}
-	switch {
-	case !p.chargeOver:
-	case p.hits == 0:
-		r.Hits, r.Charge = 1, ratelimit.ChargeNever
-	default:
-		r.Charge = ratelimit.ChargeAlways
-	}
-	return r
 }
 
 // uncountChecks gives each admitted check (ChargeNever, see storeRequest)
@@ -188,7 +177,7 @@ func (s *RLS) planOne(dom *policy.Domain, domain string, d *commonrlv3.RateLimit
 		if ok {
 			rule = m.Rule
 		}
-		p, key := overridePlan(rule, terms, tenant, domain, keyEntries)
+		p, key := overridePlan(rule, terms, s.overrideAlg, tenant, domain, keyEntries)
 		p.metric = m.MetricID
 		p.chargeOver = rule != nil && rule.ChargeOverLimit
 		return p, key
@@ -233,16 +222,16 @@ func (s *RLS) splitTenant(in []*commonrlv3.RateLimitDescriptor_Entry, strip bool
 
 // overridePlan counts a descriptor under the limit Envoy sent with it
 // instead of the configured ones, with the matched rule's first algorithm
-// (GCRA when no rule matched) and its consistency. As in envoyproxy/ratelimit the override
+// (alg when no rule matched) and its consistency. As in envoyproxy/ratelimit the override
 // applies whether or not a rule matched, shadow mode is off, and the
 // descriptor neither replaces nor is replaced. The override is part of the
 // key, so a changed override starts a fresh budget instead of inheriting a
 // state counted under other terms. An override of 0 requests blocks, as a
 // rule's requests_per_unit: 0 does.
-func overridePlan(rule *policy.Rule, o overrideTerms,
+func overridePlan(rule *policy.Rule, o overrideTerms, alg ratelimit.Algorithm,
 	tenant, domain string, keyEntries []ratelimit.Entry) (planned, string) {
 	period := o.period
-	l := ratelimit.Limit{Algorithm: ratelimit.GCRA, Requests: o.requests, Period: period}
+	l := ratelimit.Limit{Algorithm: alg.OrDefault(), Requests: o.requests, Period: period}
 	name := "override"
 	if rule != nil {
 		if len(rule.Limits) > 0 {

@@ -26,7 +26,7 @@ func respond(items []planned, decisions []ratelimit.Decision, mode rlsMode) *rls
 			resp.Statuses[i] = uncountedStatus(it.outcome)
 			// Globally, every descriptor but an unlimited one is a quota
 			// descriptor, matched or not (envoyproxy/ratelimit counts them so).
-			if mode.quota && it.outcome != envoy.OutcomeUnlimited {
+			if mode.quota && it.outcome != envoy.OutcomeUnlimited && it.outcome != OutcomeRefunded {
 				v.quotaTotal++
 			}
 			continue
@@ -39,7 +39,7 @@ func respond(items []planned, decisions []ratelimit.Decision, mode rlsMode) *rls
 		}
 		resp.Statuses[i] = v.add(it, dec, mode.quota || it.quota, room)
 		room = nil // it holds one status
-		if !it.shadow {
+		if !it.shadow && !it.refund {
 			quotas = appendQuotas(quotas, it, dec)
 		}
 	}
@@ -117,6 +117,10 @@ func (v *verdict) add(it *planned, dec ratelimit.Decision, quotaMode bool, room 
 	st := &a.st
 	st.Code, st.CurrentLimit, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, &a.limit, &a.reset
 	st.LimitRemaining = clampUint32(res.Remaining)
+	if it.refund { // never denies, nor counts towards a quota verdict
+		it.outcome = OutcomeRefunded
+		return st
+	}
 	if quotaMode {
 		v.quotaTotal++
 	}

@@ -46,14 +46,6 @@ const (
 	MaxOverridePeriod = 10 * 365 * 24 * time.Hour
 )
 
-// Outcomes of descriptors the screen decides without the policy (the
-// "outcome" label of extauthz_decisions_total).
-const (
-	// OutcomeUnsupported: a refund (is_negative_hits); answered OK, nothing
-	// refunded or charged.
-	OutcomeUnsupported = "unsupported"
-)
-
 // Reasons, the "reason" label of extauthz_invalid_requests_total for the
 // RLS: request parts that were decided by one of the rules above rather
 // than as they came.
@@ -65,7 +57,6 @@ const (
 	reasonNoEntries     = "no_entries"
 	reasonEmptyKey      = "empty_key"
 	reasonHits          = "hits_addend"
-	reasonNegativeHits  = "negative_hits"
 	reasonOverride      = "limit_override"
 )
 
@@ -104,8 +95,7 @@ func screen(req *rlsv3.RateLimitRequest, outcomes []string) []anomaly {
 }
 
 // screenDescriptor fixes the outcome of a descriptor that cannot be planned:
-// past a bound, rejected; no entries (nothing to match), no_match; a refund,
-// unsupported.
+// past a bound, rejected; no entries (nothing to match), no_match.
 func screenDescriptor(i int, d *commonrlv3.RateLimitDescriptor, total int) (outcome, reason string) {
 	switch {
 	case i >= MaxDescriptors:
@@ -116,8 +106,6 @@ func screenDescriptor(i int, d *commonrlv3.RateLimitDescriptor, total int) (outc
 		return envoy.OutcomeRejected, reasonBytes
 	case len(d.GetEntries()) == 0:
 		return envoy.OutcomeNoMatch, reasonNoEntries
-	case d.GetIsNegativeHits():
-		return OutcomeUnsupported, reasonNegativeHits
 	}
 	return "", ""
 }
