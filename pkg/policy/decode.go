@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // The YAML is walked as a yaml.Node tree rather than decoded into structs:
@@ -31,10 +33,13 @@ type decoder struct {
 	budget     int
 	count      int // problems reported
 	mergeDepth int
+	// descAlg is the algorithm of a descriptor limit naming none
+	// (LoadOptions.DescriptorAlgorithm, defaulted).
+	descAlg ratelimit.Algorithm
 }
 
 func newDecoder(file string, probs *Errors) *decoder {
-	return &decoder{file: file, probs: probs, budget: nodeBudget}
+	return &decoder{file: file, probs: probs, budget: nodeBudget, descAlg: ratelimit.GCRA}
 }
 
 // field is one key of a mapping (or one item of a sequence, with an empty key).

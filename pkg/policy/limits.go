@@ -93,7 +93,11 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 			}
 		}
 	} else {
-		spec.blocked = d.fillLimit(f, kvs, &spec.limit, place == inRateLimit)
+		alg := ratelimit.GCRA
+		if place != inRoute {
+			alg = d.descAlg
+		}
+		spec.blocked = d.fillLimit(f, kvs, &spec.limit, place == inRateLimit, alg)
 	}
 	if spec.charge != nil {
 		d.checkCharged(f, spec)
@@ -108,10 +112,11 @@ func (d *decoder) placeAllows(kv field, forbidden bool, msg string) {
 	}
 }
 
-// fillLimit turns the limit fields into l, reporting each bad one. Where
-// mayBlock, requests_per_unit: 0 is accepted as a block-all rule (as in
-// envoyproxy/ratelimit) and reported by the returned flag.
-func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit, mayBlock bool) (blocked bool) {
+// fillLimit turns the limit fields into l, reporting each bad one; def is
+// the algorithm when none is written. Where mayBlock, requests_per_unit: 0
+// is accepted as a block-all rule (as in envoyproxy/ratelimit) and reported
+// by the returned flag.
+func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit, mayBlock bool, def ratelimit.Algorithm) (blocked bool) {
 	unit, hasUnit := kvs["unit"]
 	period, hasPeriod := kvs["period"]
 	switch {
@@ -132,7 +137,7 @@ func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit, m
 		d.problem(rpu.line, rpu.path,
 			"must be at least 1, got %d (0 blocks all requests only in a descriptor's rate_limit)", l.Requests)
 	}
-	l.Algorithm = ratelimit.GCRA
+	l.Algorithm = def
 	if alg, ok := kvs["algorithm"]; ok {
 		l.Algorithm = ratelimit.Algorithm(strings.ToLower(d.str(alg)))
 		if !l.Algorithm.Valid() || l.Algorithm == "" {

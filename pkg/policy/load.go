@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // Load reads and validates a policy: path is one YAML file, or a directory
@@ -35,6 +38,12 @@ type LoadOptions struct {
 	// still a duplicate), and `replaces` may name a rule of another file.
 	// Without it a domain defined twice is an error.
 	MergeDomains bool
+	// DescriptorAlgorithm is the algorithm of every descriptor limit that
+	// names none; empty means gcra. envoyproxy/ratelimit counts fixed
+	// windows, so where its users configure us (started as ratelimit, or
+	// limits over xDS) it is fixed_window. An HTTP route's limits keep
+	// gcra: that format is ours alone.
+	DescriptorAlgorithm ratelimit.Algorithm
 }
 
 // LoadWith is Load with options.
@@ -120,6 +129,9 @@ func ioProblem(name string, err error) *Problem {
 
 // loadFiles parses and validates a set of files into one Policy.
 func loadFiles(files []fileData, opts LoadOptions) (*Policy, error) {
+	if !opts.DescriptorAlgorithm.Valid() {
+		return nil, fmt.Errorf("%w: unknown default algorithm %q", ErrInvalid, opts.DescriptorAlgorithm)
+	}
 	var probs Errors
 	p := &Policy{Domains: map[string]*Domain{}}
 	builders := map[string]*domainBuilder{}
@@ -129,7 +141,7 @@ func loadFiles(files []fileData, opts LoadOptions) (*Policy, error) {
 		sum.Write([]byte(strconv.Quote(f.name)))
 		sum.Write(f.data)
 		p.Files = append(p.Files, f.name)
-		pf := parseFile(f.name, f.data, &probs)
+		pf := parseFile(f.name, f.data, &probs, opts.DescriptorAlgorithm.OrDefault())
 		if dom := pf.domain; dom != nil {
 			switch prev := p.Domains[dom.Name]; {
 			case prev == nil:
@@ -174,13 +186,14 @@ type parsedFile struct {
 
 // parseFile reads one YAML document: a domain with its descriptors, an
 // http section, or both.
-func parseFile(name string, data []byte, probs *Errors) parsedFile {
+func parseFile(name string, data []byte, probs *Errors, descAlg ratelimit.Algorithm) parsedFile {
 	var pf parsedFile
 	root, ok := parseYAML(name, data, probs)
 	if !ok {
 		return pf
 	}
 	d := newDecoder(name, probs)
+	d.descAlg = descAlg
 	var domain, descs, http, style field
 	for _, kv := range d.fields(root, "") {
 		switch kv.key {

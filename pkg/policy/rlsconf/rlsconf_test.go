@@ -162,3 +162,18 @@ func TestLoadMapsQuotaModeAndMetadata(t *testing.T) {
 		t.Errorf("rule %+v, want quota mode, metadata tier=gold weight=2 and 100 a (30-day) month", m.Rule)
 	}
 }
+
+// TestLoadCountsFixedWindowsAsThePeer: RateLimitConfig carries no
+// algorithm; loaded with the peer's default (as cmd/extauthz loads limits
+// over xDS) each limit counts fixed windows, as envoyproxy/ratelimit does.
+func TestLoadCountsFixedWindowsAsThePeer(t *testing.T) {
+	t.Parallel()
+	p, err := rlsconf.Load([]*rlsconfv3.RateLimitConfig{gatewayConfig(10, rlsconfv3.RateLimitUnit_MINUTE)},
+		policy.LoadOptions{DescriptorAlgorithm: ratelimit.FixedWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := leaf(t, p).Limits[0]; got.Algorithm != ratelimit.FixedWindow || got.Requests != 10 || got.Period != time.Minute {
+		t.Errorf("limit %+v, want fixed_window 10 per minute", got)
+	}
+}
