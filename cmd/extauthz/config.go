@@ -12,6 +12,7 @@ import (
 	"github.com/extauthz/extauthz/internal/tracing"
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/envoy/authz"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // Config is the service's configuration, read from EXTAUTHZ_* environment
@@ -46,6 +47,15 @@ type Config struct {
 	QuotaMode bool `envconfig:"QUOTA_MODE" default:"false"`
 	// ResponseDynamicMetadata returns dynamic metadata in RLS responses (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
 	ResponseDynamicMetadata bool `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
+	// RLSCharge is how RLS descriptors are charged (rls.Charging):
+	// if_admitted, always or stop_when_over_limit; empty is always where
+	// the peer's users configure us (limits over xDS; started as the peer,
+	// its translation sets it), else if_admitted (rlscount.go).
+	RLSCharge string `envconfig:"RLS_CHARGE" default:""`
+	// RLSDefaultAlgorithm is the algorithm of a descriptor limit that
+	// names none; empty is fixed_window where RLSCharge's empty is always,
+	// else gcra.
+	RLSDefaultAlgorithm string `envconfig:"RLS_DEFAULT_ALGORITHM" default:""`
 	// MergeDomains lets several policy files define one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
 	MergeDomains bool `envconfig:"MERGE_DOMAINS" default:"false"`
 	// PolicySource is where limits come from: file (EXTAUTHZ_CONFIG) or
@@ -346,6 +356,9 @@ func (c Config) rules() []rule {
 		{"ADMIN_TOKEN_FILE", fmt.Sprintf("empty, or a readable file holding a token of at least %d bytes", minAdminToken), c.AdminTokenFile, c.validAdminTokenFile()},
 		{"DRAIN_DELAY", "a duration of 0 (stop accepting at once) or more, e.g. 10s", c.DrainDelay, c.DrainDelay >= 0},
 		{"SHUTDOWN_TIMEOUT", "a duration above 0, e.g. 10s", c.ShutdownTimeout, c.ShutdownTimeout > 0},
+		{"RLS_CHARGE", "empty, if_admitted, always or stop_when_over_limit", c.RLSCharge, c.validRLSCharge()},
+		{"RLS_DEFAULT_ALGORITHM", "empty, gcra, sliding_log, sliding_window or fixed_window", c.RLSDefaultAlgorithm,
+			c.RLSDefaultAlgorithm == "" || ratelimit.Algorithm(c.RLSDefaultAlgorithm).Valid()},
 		{"REDIS_URL", c.redisURLWant(), redactURL(c.RedisURL), c.validRedisURL()},
 		{"REDIS_SENTINEL_ADDRS", "empty, or comma-separated host:port addresses of Redis Sentinels, with EXTAUTHZ_REDIS_URL set and EXTAUTHZ_REDIS_CLUSTER false",
 			c.RedisSentinelAddrs, c.validSentinelAddrs()},

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/extauthz/extauthz/pkg/envoy/rls"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // The peer's variables translated onto ours.
@@ -120,6 +123,18 @@ var peerMappings = []peerMapping{
 		return map[string]string{"LOCAL_CACHE": strconv.FormatBool(n > 0)}, nil
 	}},
 	copyAs("NEAR_LIMIT_RATIO", "NEAR_LIMIT_RATIO"),
+	// The peer's counting (rlscount.go): every hit charged, past the limit
+	// too, unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true; fixed windows.
+	{[]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, []string{"RLS_CHARGE"}, func(p peerLookup) (map[string]string, error) {
+		stop, err := p.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+		if stop {
+			return map[string]string{"RLS_CHARGE": rls.ChargeStopWhenOverLimit.String()}, err
+		}
+		return map[string]string{"RLS_CHARGE": rls.ChargeAlways.String()}, err
+	}},
+	{nil, []string{"RLS_DEFAULT_ALGORITHM"}, func(peerLookup) (map[string]string, error) {
+		return map[string]string{"RLS_DEFAULT_ALGORITHM": string(ratelimit.FixedWindow)}, nil
+	}},
 	{[]string{"CACHE_KEY_PREFIX"}, []string{"KEY_PREFIX"}, func(p peerLookup) (map[string]string, error) {
 		if v := p.or("CACHE_KEY_PREFIX", ""); v != "" { // the peer's default is empty, ours "xa"
 			return map[string]string{"KEY_PREFIX": v}, nil

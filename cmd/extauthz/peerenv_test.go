@@ -167,6 +167,9 @@ func TestPeerSettingsTranslate(t *testing.T) {
 				t.Fatalf("loadConfigFrom: %v", err)
 			}
 			want := defaultConfig(t)
+			if peerMode(c.argv0, func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }) { // the peer's counting (rlscount.go)
+				want.RLSCharge, want.RLSDefaultAlgorithm = "always", "fixed_window"
+			}
 			c.want(&want)
 			if c.name == "GRPC_UDS" {
 				want.GRPCUDS = c.env["GRPC_UDS"]
@@ -189,7 +192,7 @@ func TestPeerSettingsWarn(t *testing.T) {
 		"GRPC_MAX_CONNECTION_AGE": "1h", "XDS_CLIENT_BACKOFF_JITTER": "false", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.2",
 		// harmless: no line
 		"USE_DOG_STATSD": "false", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true", "PROMETHEUS_PATH": "/metrics",
-		"BACKEND_TYPE": "redis", "REDIS_PERSECOND": "false", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true",
+		"BACKEND_TYPE": "redis", "REDIS_PERSECOND": "false",
 	}
 	_, warnings, err := loadAs("ratelimit", env)
 	if err != nil {

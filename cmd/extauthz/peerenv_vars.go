@@ -96,9 +96,7 @@ var peerVars = []peerVar{
 	{name: "NEAR_LIMIT_RATIO", class: peerMapped},
 	{name: "CACHE_KEY_PREFIX", class: peerMapped},
 	{name: "BACKEND_TYPE", class: peerRefused, why: "extauthz keeps counters in Redis (or in memory for one replica), not memcache", harmless: is("redis")},
-	// true is what extauthz always does; false, the peer's default, is a
-	// documented difference (docs/policy.md), not one this variable makes.
-	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", class: peerWarned, why: "extauthz never charges a denied request (docs/policy.md)", harmless: isTrue},
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", class: peerMapped},
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", class: peerWarned, why: whyHeaders, harmless: isFalse},
 	{name: "LIMIT_LIMIT_HEADER", class: peerWarned, why: whyHeaders},
 	{name: "LIMIT_REMAINING_HEADER", class: peerWarned, why: whyHeaders},

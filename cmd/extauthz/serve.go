@@ -169,7 +169,8 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 func rlsOptions(cfg Config, log *slog.Logger) []rls.Option {
 	return []rls.Option{rls.WithTenantKey(cfg.RLSTenantKey), rls.WithRLSLogger(log),
 		rls.WithGlobalShadowMode(cfg.ShadowMode), rls.WithGlobalQuotaMode(cfg.QuotaMode),
-		rls.WithResponseMetadata(cfg.ResponseDynamicMetadata)}
+		rls.WithResponseMetadata(cfg.ResponseDynamicMetadata),
+		rls.WithCharging(cfg.rlsCharging()), rls.WithDefaultAlgorithm(cfg.descriptorAlgorithm())}
 }
 
 // grpcServerOptions are the gRPC server's settings: tracing, message limits
