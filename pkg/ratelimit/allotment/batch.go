@@ -79,6 +79,7 @@ func (s *Store) AllowBatchSource(ctx context.Context, reqs []ratelimit.Request) 
 func (s *Store) askRest(ctx context.Context, reqs []ratelimit.Request, cold int) ([]ratelimit.Decision, bool, error) {
 	d, primary, err := s.askInner(ctx, reqs)
 	if err == nil {
+		s.forgetRefunded(reqs)
 		s.addHeld(reqs, d)
 		s.m.cold.Add(float64(cold))
 	}

@@ -46,3 +46,31 @@ func TestChargeModesGoToTheSharedStore(t *testing.T) {
 		}
 	}
 }
+
+// A refund gives back on the shared store and forgets the denial a slice
+// remembered for its key: the next request that fits is admitted, not
+// refused from the memory of a count the refund lowered.
+func TestRefundForgetsTheSlicesDenial(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, nil, nil, Options{})
+	for _, alg := range []ratelimit.Algorithm{ratelimit.GCRA, ratelimit.FixedWindow, ratelimit.SlidingWindow} {
+		l := allot(alg, 10, time.Hour)
+		key := "refund-" + string(alg)
+		for i, hits := range []int64{1, 1, 8} { // two requests warm the key: a slice
+			if d := g.charge(t, key, hits, ratelimit.ChargeIfAdmitted, l); !d.Allowed {
+				t.Fatalf("%s charge %d (%d of 10): denied", alg, i, hits)
+			}
+		}
+		for range 2 { // the second is answered from the slice's remembered denial
+			if d := g.charge(t, key, 5, ratelimit.ChargeIfAdmitted, l); d.Allowed {
+				t.Fatalf("%s: 5 more with 10 of 10 spent admitted", alg)
+			}
+		}
+		if d := g.charge(t, key, -5, ratelimit.ChargeAlways, l); !d.Allowed {
+			t.Errorf("%s: refund of 5: %+v, want within the limit", alg, d)
+		}
+		if d := g.charge(t, key, 5, ratelimit.ChargeIfAdmitted, l); !d.Allowed {
+			t.Errorf("%s: 5 after a refund of 5 with 10 of 10 spent: denied, want admitted", alg)
+		}
+	}
+}
