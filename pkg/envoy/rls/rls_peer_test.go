@@ -2,7 +2,9 @@ package rls
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
+	"time"
 
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -258,4 +260,44 @@ func (e *env) metricValue(t *testing.T, outcome string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestRLSOverLimitDurationIsTheRetry: every OVER_LIMIT status carries
+// duration_until_reset, the wait until its descriptor admits again: Envoy's
+// enable_retry_after_header makes Retry-After of it, and our own
+// Retry-After header says the same (two values would contradict each
+// other). For a fixed window that is the window's end, as the peer's.
+func TestRLSOverLimitDurationIsTheRetry(t *testing.T) {
+	t.Parallel()
+	for _, alg := range ratelimit.Algorithms() {
+		for _, mode := range []Charging{ChargeIfAdmitted, ChargeAlways} {
+			t.Run(fmt.Sprintf("%s/%v", alg, mode), func(t *testing.T) {
+				t.Parallel()
+				e := startRLS(t, fmt.Sprintf(`
+domain: api
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: %s}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`, alg), WithCharging(mode))
+				e.call(t, envoytest.Request("api", hitsDesc("k", "v", 10)))
+				e.clock.Advance(3 * time.Second)
+				resp := e.call(t, envoytest.Request("api", hitsDesc("k", "v", 1)))
+				st := resp.GetStatuses()[0]
+				retry, _ := header(resp, "Retry-After")
+				got := st.GetDurationUntilReset().AsDuration()
+				if st.GetCode() != codeOver || got <= 0 || strconv.Itoa(int(envoy.CeilSeconds(got))) != retry {
+					t.Errorf("OVER_LIMIT status %v with duration_until_reset %s; Retry-After %q: want them equal", st.GetCode(), got, retry)
+				}
+				if alg == ratelimit.FixedWindow && got != 42*time.Second {
+					t.Errorf("fixed window: duration_until_reset %s, want 42s (the minute's end)", got)
+				}
+				b := e.call(t, envoytest.Request("api", envoytest.Desc("blocked", "v"))).GetStatuses()[0]
+				if b.GetCode() != codeOver || b.GetDurationUntilReset().AsDuration() != time.Hour {
+					t.Errorf("blocked rule: %v with duration_until_reset %s, want OVER_LIMIT with 1h", b.GetCode(), b.GetDurationUntilReset().AsDuration())
+				}
+			})
+		}
+	}
 }

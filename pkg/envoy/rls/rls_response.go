@@ -132,6 +132,13 @@ func (v *verdict) add(it *planned, dec ratelimit.Decision, quotaMode bool, room 
 	default:
 		it.outcome = envoy.OutcomeOverLimit
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		// Over the limit, the wait until the descriptor admits again:
+		// Envoy's enable_retry_after_header makes Retry-After of it, which
+		// must agree with ours (for a fixed window both are its end, as
+		// the peer's; a token bucket refills sooner than it empties).
+		if res.RetryAfter > 0 {
+			a.reset.Seconds, a.reset.Nanos = splitDuration(res.RetryAfter)
+		}
 		if !quotaMode {
 			v.denied, v.retry = true, max(v.retry, res.RetryAfter)
 		} else if v.quotaOver++; v.quotaOver == 1 || res.RetryAfter < v.quotaRetry {

@@ -145,8 +145,10 @@ func TestRLSGCRAOverLimitRetriesAfterOneEmissionInterval(t *testing.T) {
 		}
 	}
 	resp := e.call(t, req)
-	// A burst of 10 empties the bucket; one token comes back every 60s/10.
-	wantStatus(t, resp.GetStatuses()[0], codeOver, "smooth", 10, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, 60*time.Second)
+	// A burst of 10 empties the bucket; one token comes back every 60s/10:
+	// the OVER_LIMIT status's duration_until_reset is that wait, as
+	// Retry-After (Envoy's enable_retry_after_header reads the status).
+	wantStatus(t, resp.GetStatuses()[0], codeOver, "smooth", 10, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, 6*time.Second)
 	wantHeader(t, resp, "Retry-After", "6")
 	wantHeader(t, resp, "RateLimit", `"smooth";r=0;t=6`)
 	e.clock.Advance(6 * time.Second)
