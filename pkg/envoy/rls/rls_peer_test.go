@@ -301,3 +301,25 @@ descriptors:
 		}
 	}
 }
+
+// TestRLSOverrideInBothPhasesOfAStream: Envoy Gateway sends a descriptor's
+// limit (from metadata) with the request and again with the stream-done
+// charge; both reach one counter (the override is part of its key), so the
+// cost charged at the end trips the budget the next check reads.
+func TestRLSOverrideInBothPhasesOfAStream(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, "domain: api\n", WithCharging(ChargeAlways), WithDefaultAlgorithm(ratelimit.FixedWindow))
+	call := func(hits int64) string {
+		d := hitsDesc("tenant_rate_limit", "t1", hits)
+		d.Limit = &commonrlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}
+		return respCodes(e.call(t, envoytest.Request("api", d)))
+	}
+	for i, s := range []struct {
+		hits int64
+		want string
+	}{{0, "OK [OK 10]"}, {10_000, "OVER_LIMIT [OVER_LIMIT 0]"}, {0, "OVER_LIMIT [OVER_LIMIT 0]"}} {
+		if got := call(s.hits); got != s.want {
+			t.Fatalf("step %d (hits %d): %s, want %s", i, s.hits, got, s.want)
+		}
+	}
+}
