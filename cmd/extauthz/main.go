@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
+	"path/filepath"
 	"syscall"
 )
 
@@ -46,9 +48,30 @@ func main() {
 	// The first signal starts the drain; a second one ends the process at
 	// once (the default action), for an impatient Ctrl-C.
 	context.AfterFunc(ctx, stop)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runAs(ctx, os.Args[0], os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// runAs is run for the binary started as argv0. Started as ratelimit
+// (Envoy Gateway's and AI Gateway's /bin/ratelimit) with arguments that
+// name no command, it serves and logs them ignored: envoyproxy/ratelimit
+// reads no arguments, and AI Gateway's Deployment passes its controller's
+// flag (--quotaRateLimitServiceAddr) to it.
+func runAs(ctx context.Context, argv0 string, args []string, stdout, stderr io.Writer) int {
+	if path.Base(filepath.ToSlash(argv0)) == "ratelimit" && len(args) > 0 && !isCommand(args[0]) {
+		return serveMain(ctx, stderr, fmt.Sprintf("arguments %q are ignored: envoyproxy/ratelimit reads none", args))
+	}
+	return run(ctx, args, stdout, stderr)
+}
+
+// isCommand reports whether arg names one of run's commands.
+func isCommand(arg string) bool {
+	switch arg {
+	case "serve", "validate", "try", "admin", "version", "-version", "--version", "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 // run executes one subcommand and returns the process exit code: 0 on

@@ -24,9 +24,11 @@ import (
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
-// serveMain reads the configuration and serves until ctx ends.
-func serveMain(ctx context.Context, stderr io.Writer) int {
+// serveMain reads the configuration and serves until ctx ends; notes are
+// more warnings to log with the configuration's.
+func serveMain(ctx context.Context, stderr io.Writer, notes ...string) int {
 	cfg, warnings, err := loadConfig()
+	warnings = append(warnings, notes...)
 	if err != nil {
 		printConfigErrors(stderr, err)
 		return 2

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/internal/xdstest"
 )
 
@@ -60,12 +62,19 @@ func TestBinaryServesAIGatewaysQuotaRole(t *testing.T) {
 	if err := os.Symlink(binary(t), ratelimit); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(ratelimit)
-	cmd.Env = append(os.Environ(), "EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0",
-		"EXTAUTHZ_SHUTDOWN_TIMEOUT=5s", "USE_STATSD=false", "LOG_LEVEL=debug",
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+x.Addr, "CONFIG_GRPC_XDS_NODE_ID="+xdstest.AIGatewayNodeID)
+	// AI Gateway's Deployment (tests/e2e/testdata/backend_quota_ratelimit.yaml):
+	// its argument (which the peer ignores) and environment, the xDS server
+	// and Redis here, the ports free ones (ours win over GRPC_PORT).
+	cmd := exec.Command(ratelimit, "--quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system")
+	cmd.Env = append(os.Environ(), "EXTAUTHZ_GRPC_ADDR=127.0.0.1:0", "EXTAUTHZ_HTTP_ADDR=127.0.0.1:0", "EXTAUTHZ_SHUTDOWN_TIMEOUT=5s",
+		"LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redistest.Standalone(t).Addr, "RUNTIME_ROOT=/data",
+		"RUNTIME_SUBDIRECTORY=ratelimit", "USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW",
+		"CONFIG_GRPC_XDS_NODE_ID="+xdstest.AIGatewayNodeID, "CONFIG_GRPC_XDS_SERVER_URL="+x.Addr, "GRPC_PORT=8081")
 	p := startCmd(t, cmd)
 	eventually(t, "snapshot 1 ACKed", func() bool { return x.Acked("1") })
+	if logs := p.Logs(); !strings.Contains(logs, `arguments [\"--quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system\"] are ignored`) {
+		t.Errorf("want one warning naming the ignored argument:\n%s", logs)
+	}
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
 	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 
