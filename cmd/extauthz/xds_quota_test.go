@@ -77,6 +77,10 @@ func TestBinaryServesAIGatewaysQuotaRole(t *testing.T) {
 	}
 	client := rlsv3.NewRateLimitServiceClient(p.dial(t))
 	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	// The steps must share one hour's window (a new one starts afresh).
+	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 10*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
 
 	sequence := func(model string, hits ...int64) []rlsv3.RateLimitResponse_Code {
 		var got []rlsv3.RateLimitResponse_Code
