@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -9,6 +11,8 @@ import (
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -321,5 +325,23 @@ func TestRLSOverrideInBothPhasesOfAStream(t *testing.T) {
 		if got := call(s.hits); got != s.want {
 			t.Fatalf("step %d (hits %d): %s, want %s", i, s.hits, got, s.want)
 		}
+	}
+}
+
+// TestRLSStopWhenOverLimitStoreFailures: both of the mode's store calls
+// fail as any call does: a store error is Unavailable, and a reply with the
+// wrong number of decisions to the first (the check) is too, not a panic.
+func TestRLSStopWhenOverLimitStoreFailures(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, ordersPolicy, WithCharging(ChargeStopWhenOverLimit))
+	req := envoytest.Request("api", envoytest.Desc("route", "/orders"), envoytest.Desc("route", "/gcra"))
+	e.store.SetErr(errors.New("connection refused"))
+	if _, err := e.client.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
+		t.Errorf("store error: %v, want Unavailable", err)
+	}
+	e.store.SetErr(nil)
+	e.store.SetReply(func([]ratelimit.Request) []ratelimit.Decision { return []ratelimit.Decision{{Allowed: true}} })
+	if _, err := e.client.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
+		t.Errorf("malformed store reply: %v, want Unavailable", err)
 	}
 }
