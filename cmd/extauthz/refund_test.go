@@ -70,7 +70,7 @@ func TestRefundsThroughTheStoreStack(t *testing.T) {
 						want = "OK OVER_LIMIT OK OVER_LIMIT OVER_LIMIT"
 					}
 					if s := strings.Join(got, " "); s != want {
-						t.Errorf("%s: charge 8, 5, refund 5, charge 5, 1 of 10: %s, want %s", value, s, want)
+						t.Errorf("%s: charge 8, 5, refund 5, charge 5, 3 of 10: %s, want %s", value, s, want)
 					}
 				}
 				if name != "memory" {
