@@ -6,6 +6,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/extauthz/extauthz/pkg/envoy/internal/envoytest"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
@@ -47,6 +48,38 @@ func TestCurrentLimitUnits(t *testing.T) {
 		}
 		if c.mult == 0 && rl.GetUnitMultiplier() != nil {
 			t.Errorf("%s: unit_multiplier set to %d, want unset", c.period, rl.GetUnitMultiplier().GetValue())
+		}
+	}
+}
+
+// TestLongUnitsCountThePeersWindows: week, month (30 days) and year (365
+// days) fixed windows start where envoyproxy/ratelimit's do, at multiples
+// of the unit since the Unix epoch (its now - now % unit): the
+// duration_until_reset of a first hit is the time to the next one, and the
+// status names the unit.
+func TestLongUnitsCountThePeersWindows(t *testing.T) {
+	t.Parallel()
+	e := startRLS(t, `
+domain: api
+descriptors:
+  - {key: u, value: week, rate_limit: {unit: week, requests_per_unit: 5, algorithm: fixed_window}}
+  - {key: u, value: month, rate_limit: {unit: month, requests_per_unit: 5, algorithm: fixed_window}}
+  - {key: u, value: year, rate_limit: {unit: year, requests_per_unit: 5, algorithm: fixed_window}}
+`)
+	for _, c := range []struct {
+		value string
+		unit  rlsv3.RateLimitResponse_RateLimit_Unit
+		secs  int64
+	}{
+		{"week", rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 86400},
+		{"month", rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 86400},
+		{"year", rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 86400},
+	} {
+		st := e.call(t, envoytest.Request("api", envoytest.Desc("u", c.value))).GetStatuses()[0]
+		now := e.clock.Now().Unix()
+		want := time.Duration(c.secs-now%c.secs) * time.Second
+		if st.GetCurrentLimit().GetUnit() != c.unit || st.GetDurationUntilReset().AsDuration() != want || st.GetLimitRemaining() != 4 {
+			t.Errorf("%s: %v, want unit %v, 4 remaining, reset in %s", c.value, st, c.unit, want)
 		}
 	}
 }
