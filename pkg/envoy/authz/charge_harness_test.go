@@ -72,7 +72,7 @@ http:
     - name: trailer-cost
       path_prefix: /t
       rate_limits:
-        - {name: tokens, requests_per_unit: 1000, unit: minute, algorithm: fixed_window, charge: {cost: {trailer: x-usage-tokens, default: 100}, reserve: {default: 100}}}
+        - {name: tokens, requests_per_unit: 1000, unit: minute, algorithm: fixed_window, charge: {cost: {trailer: x-usage-tokens, default: 0}, reserve: {default: 100}}}
 `
 
 // chargeEnv serves Authz and ExtProc sharing one rate-limit store and one
