@@ -50,20 +50,23 @@ func TestChargeCostShippedExample(t *testing.T) {
 	})
 	t.Run("client_leaves_mid_stream", func(t *testing.T) {
 		t.Parallel()
-		// The default: 500 a stream left. The budget admits while
-		// anything is left (gcra frees it continuously): three streams
-		// left spend 1500, and the next request is refused.
+		// The default: 500 for a stream left; then two replies of 300
+		// are admitted (500, then 200 left) and the next is refused. Were
+		// the stream left free, a third would be admitted (100 left).
 		sub := uniq("leaves")
-		for i := 1; i <= 3; i++ {
-			leaveMidStream(t, s, llm(sub, "sse", upstream.HeaderUsageStall, "1"), i)
+		leaveMidStream(t, s, llm(sub, "sse", upstream.HeaderUsageStall, "1"), 1)
+		for i := 1; i <= 2; i++ {
+			if rep := s.do(t, llm(sub, "json")); rep.status != http.StatusOK {
+				t.Fatalf("reply %d of 300 after a stream left: got %s, want 200", i, rep)
+			}
 		}
 		if rep := s.do(t, llm(sub, "json")); rep.status != http.StatusTooManyRequests {
-			t.Fatalf("after three streams left on a budget of 1000 (500 each): got %s, want 429", rep)
+			t.Fatalf("after a stream left (500) and two replies of 300: got %s, want 429", rep)
 		}
 		// A reservation above the default: 900 kept, then one reply of
 		// 300 (100 left) and a refusal.
 		sub = uniq("leaves-reserved")
-		leaveMidStream(t, s, llm(sub, "sse", upstream.HeaderUsageStall, "1", "x-max-tokens", "900"), 4)
+		leaveMidStream(t, s, llm(sub, "sse", upstream.HeaderUsageStall, "1", "x-max-tokens", "900"), 2)
 		if rep := s.do(t, llm(sub, "json")); rep.status != http.StatusOK {
 			t.Fatalf("with 100 left: got %s, want 200", rep)
 		}

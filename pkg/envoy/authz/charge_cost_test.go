@@ -195,3 +195,28 @@ func TestChargeCostTrailerNeverSent(t *testing.T) {
 		t.Errorf("charged %v, want the default 40", got)
 	}
 }
+
+// A compressed reply (a client may ask for one: Accept-Encoding) cannot be
+// read for its cost; it is charged as a reply cut short, max(default,
+// reservation), never the default alone nor nothing.
+func TestChargeCostCompressedReply(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		reserve  int
+		want     float64
+		encoding []string
+	}{{300, 300, []string{"gzip"}}, {0, 40, []string{"identity, br"}}, {10, 40, []string{"identity", "deflate"}}} {
+		e := startCharge(t, costPolicy)
+		s := costStream(t, e, tt.reserve)
+		kv := []string{":status", "200", "content-type", "application/json"}
+		for _, v := range tt.encoding {
+			kv = append(kv, "content-encoding", v)
+		}
+		s.send(respHeaders(respAttrs(viaUpstream, 0), false, kv...))
+		s.replyBody([]byte("\x1f\x8b\x08\x00 not json"), 4, true)
+		s.close()
+		if got := e.netCharged(t); got != tt.want {
+			t.Errorf("%q, reservation %d: charged %v, want %v", tt.encoding, tt.reserve, got, tt.want)
+		}
+	}
+}

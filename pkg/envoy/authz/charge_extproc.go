@@ -2,6 +2,7 @@ package authz
 
 import (
 	"strconv"
+	"strings"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -146,6 +147,10 @@ func (st *procStream) chargeResponseHeaders(h *extprocv3.HttpHeaders) {
 		case c.Cost.Header != "":
 			n, ok := headerCost(hs, c.Cost.Header)
 			st.chargeCost(run.route, pc, n, ok)
+		case c.Cost.JSONField != "" && encoded(hs):
+			// A compressed body cannot be scanned, and a client chooses
+			// it (Accept-Encoding): charged as a reply cut short.
+			st.chargeCut(run.route, pc)
 		case c.Cost.JSONField != "" && !h.GetEndOfStream():
 			pc.read = true
 			if isEventStream(ct) {
@@ -159,6 +164,19 @@ func (st *procStream) chargeResponseHeaders(h *extprocv3.HttpHeaders) {
 	if h.GetEndOfStream() {
 		st.settleCharges(true)
 	}
+}
+
+// encoded reports whether a reply's body has a content-encoding other
+// than identity (in any of its headers and list items).
+func encoded(hs headerList) bool {
+	for _, v := range hs.values("content-encoding") {
+		for _, ce := range strings.Split(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func headerCost(hs headerList, name string) (int64, bool) {
