@@ -3,6 +3,7 @@ package authz
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -224,4 +225,52 @@ func FuzzCostScan(f *testing.F) {
 			t.Fatalf("stream split at %d, %d: cost %d found %v; whole: %d %v", i, j, sc.cost, sc.found, sseWant, sseOK)
 		}
 	})
+}
+
+// TestCostScanMemoryBounded: a 2 MiB reply and a stream of one 2 MiB event
+// are scanned in 64 KiB chunks allocating a few hundred bytes, not the
+// reply (not parallel: the heap counters are the process's).
+func TestCostScanMemoryBounded(t *testing.T) {
+	reply := bigJSONReply(2<<20, 777)
+	stream := append(append([]byte("data: "), reply...), "\n\ndata: [DONE]\n\n"...)
+	for _, tt := range []struct {
+		name string
+		body []byte
+	}{{"json", reply}, {"sse", stream}} {
+		var js *jsonCostScan
+		var sc *sseCost
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if tt.name == "json" {
+			js = newJSONCostScan(usagePath)
+		} else {
+			sc = &sseCost{path: usagePath}
+		}
+		for p := tt.body; len(p) > 0; p = p[min(64<<10, len(p)):] {
+			chunk := p[:min(64<<10, len(p))]
+			if js != nil {
+				js.write(chunk)
+			} else {
+				sc.write(chunk)
+			}
+		}
+		runtime.ReadMemStats(&after)
+		cost, found := int64(0), false
+		if js != nil {
+			js.end()
+			cost, found = js.cost, js.found
+		} else {
+			sc.end()
+			cost, found = sc.cost, sc.found
+		}
+		if cost != 777 || !found {
+			t.Errorf("%s: cost %d found %v, want 777", tt.name, cost, found)
+		}
+		allocated := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d bytes allocated scanning %d bytes", tt.name, allocated, len(tt.body))
+		if allocated > 16<<10 {
+			t.Errorf("%s: %d bytes allocated scanning %d bytes, want under 16 KiB", tt.name, allocated, len(tt.body))
+		}
+	}
 }
