@@ -220,3 +220,25 @@ func TestChargeCostCompressedReply(t *testing.T) {
 		}
 	}
 }
+
+// ext_proc alone (wiring a) reserves at its own check and charges a client
+// that leaves the same way: max(default, reservation).
+func TestChargeCostClientGoneExtProcAlone(t *testing.T) {
+	t.Parallel()
+	e := startCharge(t, costPolicy)
+	s := e.open(t)
+	first := reqHeaders(filterv3.ProcessingMode_NONE, true, nil, ":method", "POST", ":path", "/v1/chat", "x-tenant-id", "acme", "x-max-tokens", "300")
+	first.ProtocolConfig.ResponseBodyMode = filterv3.ProcessingMode_STREAMED
+	if r := s.send(first); r.GetImmediateResponse() != nil {
+		t.Fatalf("refused: %v", r)
+	}
+	if got := e.netCharged(t); got != 300 {
+		t.Fatalf("reserved %v at the check, want 300", got)
+	}
+	s.replyHeaders("text/event-stream")
+	s.replyBody([]byte("data: {\"choices\":[{\"delta\":"), 4, false)
+	s.close()
+	if got := e.netCharged(t); got != 300 {
+		t.Errorf("charged %v, want the reservation 300 (above the default 40)", got)
+	}
+}
