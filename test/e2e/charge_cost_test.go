@@ -18,14 +18,19 @@ import (
 // examples/policy): a 2 MiB JSON reply and a 100 KiB final event still
 // yield their usage (the free plan's 1000 a minute admits four replies of
 // 300), and a client that leaves a stream before its usage event pays the
-// plan's default (500 on free) or its x-max-tokens reservation when that
-// is larger (issue 36, finding 4: each was charged nothing).
+// plan's default (1000 on free, 4000 on pro) or its x-max-tokens
+// reservation when that is larger (issue 36, finding 4: each was charged
+// nothing).
 func TestChargeCostShippedExample(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOpts{replicas: 1, policy: filepath.Join(deps.root, "examples", "policy")})
-	llm := func(sub, in string, kv ...string) req {
+	llm := func(sub, plan, in string, kv ...string) req {
 		r := llmGet("/llm/chat", sub, 300, in)
-		r.header["authorization"] = bearer(sub, nil)
+		var extra map[string]any
+		if plan != "" {
+			extra = map[string]any{"plan": plan}
+		}
+		r.header["authorization"] = bearer(sub, extra)
 		for i := 0; i+1 < len(kv); i += 2 {
 			r.header[kv[i]] = kv[i+1]
 		}
@@ -33,7 +38,7 @@ func TestChargeCostShippedExample(t *testing.T) {
 	}
 	t.Run("large_json_reply", func(t *testing.T) {
 		t.Parallel()
-		r := llm(uniq("bigjson"), "json", upstream.HeaderUsagePad, strconv.Itoa(2<<20))
+		r := llm(uniq("bigjson"), "", "json", upstream.HeaderUsagePad, strconv.Itoa(2<<20))
 		rep := s.do(t, r)
 		if rep.status != http.StatusOK || len(rep.body) < 2<<20 || !strings.Contains(string(rep.body[len(rep.body)-200:]), `"total_tokens":300`) {
 			t.Fatalf("got %d with %d bytes, want 200 with 2 MiB and the usage last", rep.status, len(rep.body))
@@ -44,34 +49,50 @@ func TestChargeCostShippedExample(t *testing.T) {
 	})
 	t.Run("large_final_event", func(t *testing.T) {
 		t.Parallel()
-		if n := spendTokens(t, s, llm(uniq("bigevent"), "sse", upstream.HeaderUsagePad, strconv.Itoa(100<<10))); n != 4 {
+		if n := spendTokens(t, s, llm(uniq("bigevent"), "", "sse", upstream.HeaderUsagePad, strconv.Itoa(100<<10))); n != 4 {
 			t.Errorf("admitted %d streams whose 100 KiB last event costs 300 on a budget of 1000, want 4", n)
 		}
 	})
 	t.Run("client_leaves_mid_stream", func(t *testing.T) {
 		t.Parallel()
-		// The default: 500 for a stream left; then two replies of 300
-		// are admitted (500, then 200 left) and the next is refused. Were
-		// the stream left free, a third would be admitted (100 left).
+		// Free: the default is the minute's budget. Once gcra has freed a
+		// little of it, one reply of 300 is admitted and the next refused;
+		// were the stream left free, the next would be admitted too.
 		sub := uniq("leaves")
-		leaveMidStream(t, s, llm(sub, "sse", upstream.HeaderUsageStall, "1"), 1)
-		for i := 1; i <= 2; i++ {
-			if rep := s.do(t, llm(sub, "json")); rep.status != http.StatusOK {
-				t.Fatalf("reply %d of 300 after a stream left: got %s, want 200", i, rep)
+		leaveMidStream(t, s, llm(sub, "", "sse", upstream.HeaderUsageStall, "1"), 1)
+		deadline := time.Now().Add(5 * time.Second)
+		for rep := s.do(t, llm(sub, "", "json")); rep.status != http.StatusOK; rep = s.do(t, llm(sub, "", "json")) {
+			if rep.status != http.StatusTooManyRequests || time.Now().After(deadline) {
+				t.Fatalf("after a stream left: got %s, want 429 for a moment, then 200", rep)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if rep := s.do(t, llm(sub, "", "json")); rep.status != http.StatusTooManyRequests {
+			t.Fatalf("after a stream left (1000) and a reply of 300: got %s, want 429", rep)
+		}
+		// Pro: a reservation above the default (9000 > 4000) is kept,
+		// then the default alone (4000) for a stream left unreserved.
+		// The charge lands just after the missing cost is counted.
+		pro := func(want float64) float64 {
+			labels := `limit="tokens-pro"`
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				got := replicaMetricWith(t, s.replicas[0], "extauthz_charged_cost_total", labels) -
+					replicaMetricWith(t, s.replicas[0], "extauthz_charge_refunded_total", labels)
+				if got == want || time.Now().After(deadline) {
+					return got
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		}
-		if rep := s.do(t, llm(sub, "json")); rep.status != http.StatusTooManyRequests {
-			t.Fatalf("after a stream left (500) and two replies of 300: got %s, want 429", rep)
+		sub = uniq("leaves-pro")
+		leaveMidStream(t, s, llm(sub, "pro", "sse", upstream.HeaderUsageStall, "1", "x-max-tokens", "9000"), 2)
+		if got := pro(9000); got != 9000 {
+			t.Errorf("pro, a stream left with 9000 reserved: charged %v, want 9000", got)
 		}
-		// A reservation above the default: 900 kept, then one reply of
-		// 300 (100 left) and a refusal.
-		sub = uniq("leaves-reserved")
-		leaveMidStream(t, s, llm(sub, "sse", upstream.HeaderUsageStall, "1", "x-max-tokens", "900"), 2)
-		if rep := s.do(t, llm(sub, "json")); rep.status != http.StatusOK {
-			t.Fatalf("with 100 left: got %s, want 200", rep)
-		}
-		if rep := s.do(t, llm(sub, "json")); rep.status != http.StatusTooManyRequests {
-			t.Fatalf("after 900 kept and 300 charged: got %s, want 429", rep)
+		leaveMidStream(t, s, llm(sub, "pro", "sse", upstream.HeaderUsageStall, "1"), 3)
+		if got := pro(9000 + 4000); got != 9000+4000 {
+			t.Errorf("pro, then a stream left unreserved: charged %v in all, want 13000", got)
 		}
 	})
 }
