@@ -78,7 +78,8 @@ type ValueSource struct {
 	Trailer   string
 	JSONField string // a dot-separated path, e.g. usage.total_tokens
 	// Default is used when the value is missing; meaningful only when
-	// HasDefault.
+	// HasDefault, which a cost always has (required: a missing cost is
+	// free only where the policy says default: 0).
 	Default    int64
 	HasDefault bool
 }
@@ -124,8 +125,9 @@ func (d *decoder) charge(f field) *Charge {
 }
 
 // valueSource reads `{header|trailer|json_field: ..., default: N}`. A
-// reservation (response false) is read from the request: a header or a
-// default only.
+// cost (response true) requires its default: a reply that does not say its
+// cost would otherwise be free. A reservation (response false) is read
+// from the request: a header or a default only.
 func (d *decoder) valueSource(f field, response bool) *ValueSource {
 	v := &ValueSource{}
 	sources := 0
@@ -161,6 +163,9 @@ func (d *decoder) valueSource(f field, response bool) *ValueSource {
 		d.problem(f.line, f.path, "set one source: header, trailer or json_field")
 	case sources == 0 && !v.HasDefault:
 		d.problem(f.line, f.path, "set a header, a default, or both")
+	case response && !v.HasDefault:
+		d.problem(f.line, joinPath(f.path, "default"), "is required: the cost charged when the response does not say it "+
+			"(no such header or field, a reply cut short, a client gone); write default: 0 for a missing cost to be free")
 	}
 	return v
 }

@@ -38,7 +38,7 @@ http:
           requests_per_unit: 1000
           unit: minute
           charge:
-            cost: {json_field: usage.total_tokens}
+            cost: {json_field: usage.total_tokens, default: 0}
             reserve: {header: x-max-tokens, default: 0}
 `
 
@@ -73,7 +73,7 @@ func TestChargedLimitsParse(t *testing.T) {
 		t.Errorf("account charge %+v", acct)
 	}
 	tok := chat.Charged[0].Charge
-	if tok.Key.Kind != ChargeKeyCaller || tok.Cost == nil || *tok.Cost != (ValueSource{JSONField: "usage.total_tokens"}) {
+	if tok.Key.Kind != ChargeKeyCaller || tok.Cost == nil || *tok.Cost != (ValueSource{JSONField: "usage.total_tokens", HasDefault: true}) {
 		t.Errorf("token charge %+v cost %+v", tok, tok.Cost)
 	}
 	if tok.Reserve == nil || *tok.Reserve != (ValueSource{Header: "x-max-tokens", HasDefault: true}) {
@@ -94,7 +94,7 @@ http:
       default: free
       limits:
         free:
-          - {name: tokens, requests_per_unit: 1000, unit: minute, charge: {cost: {header: x-usage-tokens}}}
+          - {name: tokens, requests_per_unit: 1000, unit: minute, charge: {cost: {header: x-usage-tokens, default: 0}}}
         pro:
           - {requests_per_unit: 50, unit: second}
           - {name: tokens, requests_per_unit: 100000, unit: minute, charge: {cost: {header: x-usage-tokens, default: 10}}}
@@ -134,6 +134,8 @@ func TestChargeValidation(t *testing.T) {
 		{"empty status", lim + "{on_status: []}}", "rate_limits[0].charge.on_status", "at least one"},
 		{"reserve on outcome", lim + "{on_status: [401], reserve: {default: 3}}}", "rate_limits[0].charge.reserve", "cost limit only"},
 		{"cost without source", lim + "{cost: {default: 3}}}", "rate_limits[0].charge.cost", "set one source"},
+		{"cost without default", lim + "{cost: {json_field: usage.total_tokens}}}", "rate_limits[0].charge.cost.default", "is required"},
+		{"header cost without default", lim + "{cost: {header: x-usage}}}", "rate_limits[0].charge.cost.default", "default: 0"},
 		{"cost two sources", lim + "{cost: {header: a, trailer: b}}}", "rate_limits[0].charge.cost", "not 2"},
 		{"negative default", lim + "{cost: {header: a, default: -1}}}", "rate_limits[0].charge.cost.default", "must not be negative"},
 		{"reserve from body", lim + "{cost: {header: a}, reserve: {json_field: x}}}", "rate_limits[0].charge.reserve.json_field", "not a json_field"},

@@ -105,7 +105,7 @@ func TestChargeReservationRefundedWhenNotRun(t *testing.T) {
       path_prefix: /keyed
       idempotency: {key_required: true}
       rate_limits:
-        - {name: tokens, requests_per_unit: 1000, unit: minute, charge: {cost: {header: x-usage}, reserve: {default: 400}}}
+        - {name: tokens, requests_per_unit: 1000, unit: minute, charge: {cost: {header: x-usage, default: 0}, reserve: {default: 400}}}
 `)
 	for range 3 { // no Idempotency-Key: 400, after the check reserved 400
 		wantDenied(t, e.check(t, checkFrom("192.0.2.1", "POST", "/keyed", nil, "x-tenant-id", "acme")), 400, ProblemKeyMissing)

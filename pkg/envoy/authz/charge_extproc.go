@@ -2,6 +2,7 @@ package authz
 
 import (
 	"strconv"
+	"strings"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -20,10 +21,9 @@ type chargeRun struct {
 // pendingCharge is one charged limit of the request, until it is charged.
 type pendingCharge struct {
 	entry chargeEntry
-	body  []byte   // a JSON reply collected for the cost, up to maxChargeCostBody
-	over  bool     // the reply outgrew maxChargeCostBody: its cost is missing
-	sse   *sseCost // set for a text/event-stream reply
-	read  bool     // the cost is read from the body, which is arriving
+	json  *jsonCostScan // a JSON reply's cost, read as it streams by
+	sse   *sseCost      // set for a text/event-stream reply, in place of json
+	read  bool          // the cost is read from the body, which is arriving
 }
 
 // chargeWait is a request whose charged limits need its body for a key
@@ -147,17 +147,36 @@ func (st *procStream) chargeResponseHeaders(h *extprocv3.HttpHeaders) {
 		case c.Cost.Header != "":
 			n, ok := headerCost(hs, c.Cost.Header)
 			st.chargeCost(run.route, pc, n, ok)
+		case c.Cost.JSONField != "" && encoded(hs):
+			// A compressed body cannot be scanned, and a client chooses
+			// it (Accept-Encoding): charged as a reply cut short.
+			st.chargeCut(run.route, pc)
 		case c.Cost.JSONField != "" && !h.GetEndOfStream():
 			pc.read = true
 			if isEventStream(ct) {
 				pc.sse = &sseCost{path: c.Cost.JSONField}
+			} else {
+				pc.json = newJSONCostScan(c.Cost.JSONField)
 			}
 		}
 	}
 	run.prune()
 	if h.GetEndOfStream() {
-		st.settleCharges()
+		st.settleCharges(true)
 	}
+}
+
+// encoded reports whether a reply's body has a content-encoding other
+// than identity (in any of its headers and list items).
+func encoded(hs headerList) bool {
+	for _, v := range hs.values("content-encoding") {
+		for _, ce := range strings.Split(v, ",") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func headerCost(hs headerList, name string) (int64, bool) {
@@ -183,18 +202,17 @@ func (st *procStream) chargeResponseBody(b *extprocv3.HttpBody) {
 	if b.GetEndOfStream() || (st.modeKnown && st.respMode == filterv3.ProcessingMode_BUFFERED) {
 		st.endChargeBody()
 	}
+	if b.GetEndOfStream() {
+		st.settleCharges(true) // no trailers follow
+	}
 }
 
 func (pc *pendingCharge) feed(p []byte) {
-	switch {
-	case pc.sse != nil:
+	if pc.sse != nil {
 		pc.sse.write(p)
-	case !pc.over:
-		pc.body = append(pc.body, p...)
-		if len(pc.body) > maxChargeCostBody {
-			pc.body, pc.over = nil, true
-		}
+		return
 	}
+	pc.json.write(p)
 }
 
 // endChargeBody charges the cost limits read from the body, now whole.
@@ -209,11 +227,8 @@ func (st *procStream) endChargeBody() {
 			st.chargeCost(run.route, pc, pc.sse.cost, pc.sse.found)
 			continue
 		}
-		n, ok := int64(0), false
-		if !pc.over {
-			n, ok = jsonCost(pc.body, pc.entry.limit.Charge.Cost.JSONField)
-		}
-		st.chargeCost(run.route, pc, n, ok)
+		pc.json.end()
+		st.chargeCost(run.route, pc, pc.json.cost, pc.json.found)
 	}
 	run.prune()
 }
@@ -233,41 +248,75 @@ func (st *procStream) chargeResponseTrailers(t *extprocv3.HttpTrailers) {
 			st.chargeCost(run.route, pc, n, ok)
 		}
 	}
-	st.settleCharges()
+	st.settleCharges(true)
 }
 
-// settleCharges ends the stream's charges: a cost never found (no
-// trailer, a reply cut short, a client gone) charges the limit's default in
-// place of the reservation, or keeps the reservation without one; an
-// outcome limit whose status was never seen charges nothing.
-func (st *procStream) settleCharges() {
+// settleCharges ends the stream's charges. A cost never found charges the
+// limit's default: a complete response (the upstream's reply ended
+// without saying it: no such header or trailer) the default alone, a
+// response that never completed (a client gone, an upstream reset, a
+// body cut short, a stream that ended before the reply) at least its
+// reservation too, which the upstream may well have spent. An outcome limit
+// whose status was never seen charges nothing.
+func (st *procStream) settleCharges(complete bool) {
 	run := st.charging
 	if run == nil {
 		return
 	}
 	st.charging = nil
 	for _, pc := range run.pending {
-		if pc.entry.limit != nil && pc.entry.limit.Charge.Cost != nil {
-			st.chargeCost(run.route, pc, 0, false)
+		if pc.entry.limit == nil || pc.entry.limit.Charge.Cost == nil {
+			continue
 		}
+		if complete {
+			st.chargeCost(run.route, pc, 0, false)
+			continue
+		}
+		st.chargeCut(run.route, pc)
 	}
 }
 
 // chargeCost charges a cost limit the cost found (ok), less its
-// reservation; a missing cost charges the default less the reservation,
-// or nothing.
+// reservation; a missing cost charges the default less the reservation.
 func (st *procStream) chargeCost(route string, pc *pendingCharge, cost int64, ok bool) {
 	e := pc.entry
-	src := e.limit.Charge.Cost
 	pc.entry.limit, pc.read = nil, false // done
 	if !ok {
 		st.s.charges.metrics.charged(route, e.limit.Limit.Name, ChargeKindCost, ChargeMissing, 0)
-		if !src.HasDefault {
-			return
-		}
-		cost = src.Default
+		cost = e.limit.Charge.Cost.Default
 	}
 	st.s.charges.charge(st.ctx, route, e, cost-e.reserved)
+}
+
+// chargeCut charges a cost limit whose response never completed
+// max(default, reservation) in all, or the cost read before the end (a
+// usage event, then a client gone) when that is larger: what was read may
+// not be the last word. The reservation was charged at the check, so only
+// what is due above it is charged here, never a refund.
+func (st *procStream) chargeCut(route string, pc *pendingCharge) {
+	e := pc.entry
+	due := max(e.limit.Charge.Cost.Default, e.reserved)
+	if cost, ok := pc.costSoFar(); ok {
+		due = max(due, cost)
+	} else {
+		st.s.charges.metrics.charged(route, e.limit.Limit.Name, ChargeKindCost, ChargeMissing, 0)
+	}
+	pc.entry.limit, pc.read = nil, false // done
+	st.s.charges.charge(st.ctx, route, e, due-e.reserved)
+}
+
+// costSoFar is the cost read from a body that never ended: an event or a
+// field already received counts.
+func (pc *pendingCharge) costSoFar() (int64, bool) {
+	switch {
+	case !pc.read:
+		return 0, false
+	case pc.sse != nil:
+		pc.sse.end()
+		return pc.sse.cost, pc.sse.found
+	}
+	pc.json.end()
+	return pc.json.cost, pc.json.found
 }
 
 // prune drops the limits already charged.

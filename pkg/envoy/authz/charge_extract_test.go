@@ -96,25 +96,25 @@ func TestSSECostLastEvent(t *testing.T) {
 	}
 }
 
-// TestSSECostBounded: an event past maxChargeEvent is skipped without
-// being kept, and the events after it still count.
+// TestSSECostBounded: an event of twice 64 KiB is read as it arrives, its
+// cost found, without the scan keeping it; the events after it count too.
 func TestSSECostBounded(t *testing.T) {
 	t.Parallel()
 	s := &sseCost{path: "usage.total_tokens"}
-	huge := "data: {\"usage\":{\"total_tokens\":9},\"pad\":\"" + strings.Repeat("x", 2*maxChargeEvent) + "\"}\n\n"
+	huge := "data: {\"pad\":\"" + strings.Repeat("x", 128<<10) + "\",\"usage\":{\"total_tokens\":9}}\n\n"
 	for i := 0; i < len(huge); i += 4096 {
 		s.write([]byte(huge[i:min(i+4096, len(huge))]))
-		if len(s.partial) > maxChargeEvent+4096 {
-			t.Fatalf("kept %d bytes of one event", len(s.partial))
+		if kept := cap(s.scan.tok) + cap(s.scan.stack) + cap(s.name); kept > 256 {
+			t.Fatalf("kept %d bytes of one event", kept)
 		}
 	}
-	if s.found {
-		t.Error("an event past the bound was read")
+	if !s.found || s.cost != 9 {
+		t.Errorf("an event past 64 KiB: cost %d found %v, want 9", s.cost, s.found)
 	}
 	s.write([]byte("data: {\"usage\":{\"total_tokens\":4}}\n\n"))
 	s.end()
 	if !s.found || s.cost != 4 {
-		t.Errorf("after the skipped event: cost %d found %v, want 4", s.cost, s.found)
+		t.Errorf("after the large event: cost %d found %v, want 4", s.cost, s.found)
 	}
 }
 

@@ -63,7 +63,7 @@ http:
           unit: minute
           algorithm: fixed_window
           charge:
-            cost: {json_field: usage.total_tokens}
+            cost: {json_field: usage.total_tokens, default: 0}
             reserve: {header: x-max-tokens, default: 0}
     - name: header-cost
       path_prefix: /h
@@ -72,7 +72,7 @@ http:
     - name: trailer-cost
       path_prefix: /t
       rate_limits:
-        - {name: tokens, requests_per_unit: 1000, unit: minute, algorithm: fixed_window, charge: {cost: {trailer: x-usage-tokens}, reserve: {default: 100}}}
+        - {name: tokens, requests_per_unit: 1000, unit: minute, algorithm: fixed_window, charge: {cost: {trailer: x-usage-tokens, default: 0}, reserve: {default: 100}}}
 `
 
 // chargeEnv serves Authz and ExtProc sharing one rate-limit store and one

@@ -34,7 +34,7 @@ http:
     - name: chat
       path_prefix: /v1/chat
       rate_limits:
-        - {name: tokens, requests_per_unit: 1000, unit: hour, algorithm: fixed_window, charge: {cost: {json_field: usage.total_tokens}}}
+        - {name: tokens, requests_per_unit: 1000, unit: hour, algorithm: fixed_window, charge: {cost: {json_field: usage.total_tokens, default: 0}}}
 `
 
 // sentinelClient is the client the service builds for a master found

@@ -289,8 +289,8 @@ http:
       attribute: {header: x-plan}
       default: free
       limits:
-        free: [{name: tokens, requests_per_unit: 100, unit: hour, charge: {cost: {header: x-usage-tokens}}}]
-        pro:  [{name: tokens, requests_per_unit: 10000, unit: hour, charge: {cost: {header: x-usage-tokens}}}]
+        free: [{name: tokens, requests_per_unit: 100, unit: hour, charge: {cost: {header: x-usage-tokens, default: 0}}}]
+        pro:  [{name: tokens, requests_per_unit: 10000, unit: hour, charge: {cost: {header: x-usage-tokens, default: 0}}}]
   routes:
     - {name: chat, path_prefix: /, tier_limits: plans}
 `)

@@ -317,7 +317,7 @@ func (st *procStream) hold(l idempotency.Lease, id *policy.Idempotency) {
 // replayable, with the reply's status when one was seen.
 func (st *procStream) finish() {
 	st.releaseSlot()
-	st.settleCharges()
+	st.settleCharges(false)
 	if st.lease == nil || st.settled {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,9 +27,17 @@ import (
 //	                              or sse (a text/event-stream whose last JSON
 //	                              event carries usage.total_tokens, followed
 //	                              by "data: [DONE]")
+//	X-Upstream-Usage-Pad: 2097152 json and sse: that many bytes of content
+//	                              before the usage (in the JSON body, or in
+//	                              the usage event itself)
+//	X-Upstream-Usage-Stall: 1     sse: the deltas, then nothing until the
+//	                              client leaves (at most a minute), then the
+//	                              usage
 const (
-	HeaderUsage   = "X-Upstream-Usage"
-	HeaderUsageIn = "X-Upstream-Usage-In"
+	HeaderUsage      = "X-Upstream-Usage"
+	HeaderUsageIn    = "X-Upstream-Usage-In"
+	HeaderUsagePad   = "X-Upstream-Usage-Pad"
+	HeaderUsageStall = "X-Upstream-Usage-Stall"
 	// HeaderUsageTokens is the header or trailer the reply reports usage in.
 	HeaderUsageTokens = "X-Usage-Tokens"
 	// LoginPath is the login endpoint.
@@ -106,10 +115,11 @@ func writeUsage(w http.ResponseWriter, r *http.Request, status int, v Reply) boo
 	case "json":
 		writeJSON(w, status, struct {
 			Reply
-			Usage usage `json:"usage"`
-		}{v, newUsage(total)})
+			Pad   string `json:"pad,omitempty"`
+			Usage usage  `json:"usage"`
+		}{v, usagePad(r), newUsage(total)})
 	case "sse":
-		writeEvents(w, status, newUsage(total))
+		writeEvents(w, r, status, newUsage(total))
 	default:
 		w.Header().Set(HeaderUsageTokens, strconv.FormatInt(total, 10))
 		writeJSON(w, status, v)
@@ -120,7 +130,7 @@ func writeUsage(w http.ResponseWriter, r *http.Request, status int, v Reply) boo
 // writeEvents streams a chat completion as server-sent events, flushed
 // one by one: a few content deltas, the usage in the last JSON event, and
 // the terminating [DONE] (not JSON).
-func writeEvents(w http.ResponseWriter, status int, u usage) {
+func writeEvents(w http.ResponseWriter, r *http.Request, status int, u usage) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(status)
@@ -136,7 +146,30 @@ func writeEvents(w http.ResponseWriter, status int, u usage) {
 		send(string(b))
 		time.Sleep(5 * time.Millisecond) // separate chunks, as a model streams them
 	}
-	b, _ := json.Marshal(map[string]any{"choices": []any{}, "usage": u})
+	if r.Header.Get(HeaderUsageStall) != "" {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(maxDelay):
+		}
+	}
+	last := map[string]any{"choices": []any{}, "usage": u}
+	if pad := usagePad(r); pad != "" {
+		last["choices"] = []any{map[string]any{"delta": map[string]string{"content": pad}}}
+	}
+	b, _ := json.Marshal(last)
 	send(string(b))
 	send("[DONE]")
+}
+
+// maxUsagePad bounds X-Upstream-Usage-Pad.
+const maxUsagePad = 16 << 20
+
+// usagePad is X-Upstream-Usage-Pad's content: that many bytes of text.
+func usagePad(r *http.Request) string {
+	n, err := strconv.Atoi(r.Header.Get(HeaderUsagePad))
+	if err != nil || n <= 0 || n > maxUsagePad {
+		return ""
+	}
+	return strings.Repeat("token ", n/6+1)[:n]
 }
