@@ -311,6 +311,7 @@ local function reserve()
   local writes
   out, writes = decideAll()
   if out.err then return out end
+  out[1] = 1
   for i = 0, #KEYS - 1 do
     out[2 + 5 * i], out[6 + 5 * i] = 1, 0
   end
