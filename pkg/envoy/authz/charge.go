@@ -62,9 +62,9 @@ func (c *charger) check(ctx context.Context, p chargePlan, style policy.HeaderSt
 		c.countChecks(p, ChargeCheckError)
 		return nil, err
 	}
-	if r := c.overReply(p, decs, style); r != nil {
+	if refused(decs) {
 		c.refundAdmitted(ctx, p, decs)
-		return r, nil
+		return c.overReply(p, decs, style), nil
 	}
 	c.countChecks(p, ChargeCheckOK)
 	c.reserved(ctx, p, decs)
@@ -149,14 +149,27 @@ func (c *charger) reserved(ctx context.Context, p chargePlan, decs []ratelimit.D
 	}
 }
 
+func refused(decs []ratelimit.Decision) bool {
+	for _, d := range decs {
+		if !d.Results[0].Allowed {
+			return true
+		}
+	}
+	return false
+}
+
 // refundAdmitted gives back the reservations taken by the limits that
-// admitted a request another limit refused in the same check. Between the
-// two store steps those hits were held: another request may have been
-// refused for them (over-refusal), never admitted.
+// admitted a request another limit refused in the same check, and puts
+// each one's state after the refund in decs (for the 429's headers).
+// Between the two store steps those hits were held: another request may
+// have been refused for them (over-refusal), never admitted.
 func (c *charger) refundAdmitted(ctx context.Context, p chargePlan, decs []ratelimit.Decision) {
 	for i, e := range p.entries {
-		if decs[i].Results[0].Allowed && e.reserved > 0 {
-			c.charge(ctx, p.route, e, -e.reserved)
+		if !decs[i].Results[0].Allowed {
+			continue
+		}
+		if r, ok := c.charge(ctx, p.route, e, -e.reserved); ok {
+			decs[i].Results[0] = r
 		}
 	}
 }
@@ -197,20 +210,21 @@ func spentOr(r ratelimit.Result) string {
 // budget spent trips e's lockout: the state after it is read in the same
 // store step. The stream may be over (client gone): the charge must still
 // reach the store. Failures are counted, never returned: the response is
-// on its way.
-func (c *charger) charge(ctx context.Context, route string, e chargeEntry, hits int64) {
+// on its way. ok reports that the store answered r, the state after.
+func (c *charger) charge(ctx context.Context, route string, e chargeEntry, hits int64) (r ratelimit.Result, ok bool) {
 	kind, name := chargeKind(e.limit), e.limit.Limit.Name
 	if c.limits == nil || hits == 0 && kind == ChargeKindCost && e.limit.Charge.Lockout == nil {
-		return // nothing to charge, count or trip
+		return r, false // nothing to charge, count or trip
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
 	decs, err := c.decide(ctx, []chargeEntry{e}, func(chargeEntry) (int64, ratelimit.ChargeMode) { return hits, ratelimit.ChargeAlways })
 	if err != nil {
 		c.metrics.charged(route, name, kind, ChargeError, hits)
-		return
+		return r, false
 	}
-	result := spentOr(decs[0].Results[0])
+	r = decs[0].Results[0]
+	result := spentOr(r)
 	if hits < 0 {
 		result = ChargeRefund
 	}
@@ -218,6 +232,7 @@ func (c *charger) charge(ctx context.Context, route string, e chargeEntry, hits 
 	if result == ChargeSpent && e.limit.Charge.Lockout != nil {
 		c.trip(ctx, route, e)
 	}
+	return r, true
 }
 
 // trip locks e's key out for its lockout's next duration.
