@@ -77,8 +77,10 @@ func TestReservationRefusedAsOneHit(t *testing.T) {
 		}
 	}
 	before := inner.reqs.Load()
-	if d := decideOne(t, s, l, 300, ratelimit.ChargeReserve); d.Allowed || inner.reqs.Load() != before {
-		t.Fatalf("reservation of a spent budget: %+v, store asked %d times; want a remembered denial", d, inner.reqs.Load()-before)
+	for _, hits := range []int64{1, 300} {
+		if d := decideOne(t, s, l, hits, ratelimit.ChargeReserve); d.Allowed || inner.reqs.Load() != before {
+			t.Fatalf("reservation of %d on a spent budget: %+v, store asked %d times; want a remembered denial", hits, d, inner.reqs.Load()-before)
+		}
 	}
 	decideOne(t, s, l, -6, ratelimit.ChargeAlways)
 	if d := decideOne(t, s, l, 3, ratelimit.ChargeReserve); !d.Allowed {
