@@ -292,3 +292,36 @@ func TestExplainTierOnlyChargedRoute(t *testing.T) {
 		t.Errorf("explain /llm: allowed %v, charged %+v; want admitted with 100 left", ex.Allowed, ex.Charged)
 	}
 }
+
+// Finding 7: a reconciliation of 0 (a cost equal to its reservation) still
+// reads the state after it: a budget another request spent trips the
+// lockout again once the first lockout has ended.
+func TestChargeReconciliationOfNothingTrips(t *testing.T) {
+	t.Parallel()
+	e := startCharge(t, `
+http:
+  identity:
+    sources: [{tenant_header: x-tenant-id}]
+  routes:
+    - name: spend
+      path_prefix: /spend
+      rate_limits:
+        - name: tokens
+          requests_per_unit: 1000
+          unit: hour
+          algorithm: fixed_window
+          charge: {cost: {header: x-usage, default: 0}, reserve: {header: x-max-tokens, default: 1}, lockout: {initial: 1m}}
+`)
+	spend := func() *authv3.CheckRequest {
+		return checkFrom("192.0.2.1", "POST", "/spend", nil, "x-tenant-id", "acme", "x-max-tokens", "500")
+	}
+	a := chargeAdmitted(t, e.check(t, spend()))
+	chargeAdmitted(t, e.check(t, spend())) // 1000 of 1000: spent, tripped
+	e.clock.Advance(2 * time.Minute)      // the lockout is over, the hour is not
+	e.respond(t, a, 200, nil, "x-usage", "500")
+	labels := map[string]string{"route": "spend", "limit": "tokens", "event": LockoutTrip}
+	if got := e.counter(t, "extauthz_lockouts_total", labels); got != 2 {
+		t.Errorf("trips %v, want 2: the reconciliation of 0 on a spent budget did not trip", got)
+	}
+	wantDenied(t, e.check(t, spend()), 429, ProblemLockedOut)
+}
