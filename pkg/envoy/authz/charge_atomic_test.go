@@ -317,7 +317,7 @@ http:
 	}
 	a := chargeAdmitted(t, e.check(t, spend()))
 	chargeAdmitted(t, e.check(t, spend())) // 1000 of 1000: spent, tripped
-	e.clock.Advance(2 * time.Minute)      // the lockout is over, the hour is not
+	e.clock.Advance(2 * time.Minute)       // the lockout is over, the hour is not
 	e.respond(t, a, 200, nil, "x-usage", "500")
 	labels := map[string]string{"route": "spend", "limit": "tokens", "event": LockoutTrip}
 	if got := e.counter(t, "extauthz_lockouts_total", labels); got != 2 {
