@@ -185,3 +185,38 @@ func TestARefusedVersionIsNotRetriedInALoop(t *testing.T) {
 	set(t, s, "v3", "b")
 	eventually(t, "v3 after the refused v2", func() bool { return a.current() == "v3:b" })
 }
+
+// TestReconnectPauseDoubles: while no stream delivers anything (no server
+// listens), the pause before each reconnection doubles from MinBackoff up
+// to MaxBackoff (each drawn in [pause/2, pause] by the jitter).
+func TestReconnectPauseDoubles(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waits []time.Duration
+	var mu sync.Mutex
+	c, err := adsclient.New(adsclient.Config{Target: "127.0.0.1:1", Node: &corev3.Node{Id: node}, TypeURL: resource.RateLimitConfigType,
+		MinBackoff: time.Millisecond, MaxBackoff: 16 * time.Millisecond,
+		Apply: func(string, []*anypb.Any) error { return nil },
+		OnStreamError: func(_ error, retryIn time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			if waits = append(waits, retryIn); len(waits) == 8 {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, w := range waits {
+		pause := min(time.Millisecond<<i, 16*time.Millisecond)
+		if w < pause/2 || w > pause {
+			t.Errorf("pause %d: %v, want within [%v, %v] (doubling from 1ms, capped at 16ms)", i+1, w, pause/2, pause)
+		}
+	}
+}

@@ -46,6 +46,7 @@ http:
       rate_limits: [{requests_per_unit: 2, unit: minute, name: per-tenant}]
       idempotency: {}
     - {name: reports, path_prefix: /reports, tier_limits: plans}
+    - {name: llm, path_prefix: /llm, tier_limits: tokens}
     - {name: exports, path_prefix: /exports, max_in_flight: 2, in_flight_ttl: 9s}
     - name: login
       path_prefix: /login
@@ -73,6 +74,11 @@ http:
       limits:
         free: [{requests_per_unit: 1, unit: minute, name: reports-free}]
         pro: [{requests_per_unit: 5, unit: minute, name: reports-pro}]
+    tokens:
+      attribute: {header: x-plan}
+      default: free
+      limits:
+        free: [{name: tokens-free, requests_per_unit: 100, unit: minute, charge: {cost: {header: x-usage, default: 10}}}]
 `
 
 // env is an API over the memory stores and the real RLS and ext_authz
@@ -316,6 +322,19 @@ func TestExplainHTTPChargedLimits(t *testing.T) {
 		cx.Charged[0].Reserve != "header x-max-tokens, default 10" || cx.Charged[0].KeySource != "caller" ||
 		cx.Charged[0].Remaining != 1000 || cx.WouldAnswer != "admit" {
 		t.Fatalf("explain of a cost limit = %+v", cx)
+	}
+}
+
+// TestExplainTierOnlyChargedRoute: a route whose only limits are its
+// tier's charged ones (the shipped /llm) is explained, not answered 503.
+func TestExplainTierOnlyChargedRoute(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	var hx HTTPExplanation
+	e.do(t, "POST", "/v1/explain", `{"http": {"method": "POST", "path": "/llm/chat", "headers": {"x-tenant-id": "acme"}}}`, 200, &hx)
+	if hx.Route != "llm" || hx.WouldAnswer != "admit" || len(hx.Limits) != 0 || len(hx.Charged) != 1 ||
+		hx.Charged[0].Name != "tokens-free" || hx.Charged[0].Remaining != 100 {
+		t.Fatalf("explain of a tier-only charged route = %+v", hx)
 	}
 }
 

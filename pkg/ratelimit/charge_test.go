@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -227,12 +228,67 @@ func TestCheckChargeRejectsBadModesAndRefunds(t *testing.T) {
 		{-1, ChargeIfAdmitted, true},
 		{-1, ChargeNever, true},
 		{-1, ChargeAlways, false},
-		{1, ChargeMode(3), true},
+		{1, ChargeMode(4), true},
+		{-1, ChargeReserve, true},
+		{0, ChargeReserve, false},
 		{0, ChargeNever, false},
 	} {
 		_, _, err := DecideCharge(l, t0, State{}, c.hits, c.mode)
 		if got := errors.Is(err, ErrInvalidHits); got != c.bad {
 			t.Errorf("%d hits, %s: err %v, want invalid %v", c.hits, c.mode, err, c.bad)
 		}
+	}
+}
+
+// A charge that takes fixed_window's count exactly to the limit leaves it
+// within (Remaining 0), one more is over: the boundary of "spent".
+func TestFixedWindowChargeToTheLimitIsWithin(t *testing.T) {
+	t.Parallel()
+	l := Limit{Algorithm: FixedWindow, Requests: 1000, Period: time.Minute}
+	s := time.Second
+	runCharge(t, l, []cstep{
+		{s, always, 1000, ok(1000, 0, 59*s)},
+		{s, always, 0, ok(1000, 0, 59*s)},
+		{s, always, 1, deny(1000, 0, 59*s, 59*s)},
+	})
+}
+
+// ChargeReserve admits on one hit and charges the whole reservation in the
+// same step: a budget of 1000 reserving 300 at a time admits four (the
+// fourth with 100 left, ending over by one reservation), then refuses
+// without charging, on every algorithm.
+func TestChargeReserveAdmitsOnOneHitAndChargesAll(t *testing.T) {
+	t.Parallel()
+	for _, alg := range Algorithms() {
+		t.Run(string(alg), func(t *testing.T) {
+			t.Parallel()
+			l := Limit{Algorithm: alg, Requests: 1000, Period: time.Minute}
+			var s State
+			for i, want := range []int64{700, 400, 100, 0} {
+				res, next, err := DecideCharge(l, t0, s, 300, ChargeReserve)
+				if err != nil || !res.Allowed || res.Remaining != want || res.RetryAfter != 0 {
+					t.Fatalf("reservation %d: %+v, %v; want admitted with %d remaining", i+1, res, err, want)
+				}
+				s = next
+			}
+			res, next, err := DecideCharge(l, t0, s, 300, ChargeReserve)
+			check, _, _ := DecideCharge(l, t0, s, 1, ChargeNever)
+			if err != nil || res.Allowed || res != check {
+				t.Errorf("fifth reservation: %+v, %v; want the one-hit check's refusal %+v", res, err, check)
+			}
+			if !reflect.DeepEqual(next, s) {
+				t.Errorf("a refused reservation changed the state: %+v, was %+v", next, s)
+			}
+		})
+	}
+}
+
+// A reservation of 0 hits is a one-hit check that writes nothing.
+func TestChargeReserveOfNothingIsACheck(t *testing.T) {
+	t.Parallel()
+	l := Limit{Algorithm: FixedWindow, Requests: 1, Period: time.Minute}
+	res, next, err := DecideCharge(l, t0, State{}, 0, ChargeReserve)
+	if err != nil || !res.Allowed || !reflect.DeepEqual(next, State{}) {
+		t.Errorf("%+v %+v %v; want admitted and nothing written", res, next, err)
 	}
 }

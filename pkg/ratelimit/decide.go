@@ -57,7 +57,9 @@ func Decide(l Limit, now int64, s State, hits int64) (Result, State, error) {
 // DecideCharge is Decide under a charge mode (see ChargeMode): with
 // ChargeNever the returned state is s itself, with ChargeAlways it is the
 // state after the charge whatever the Result, and a caller stores it for
-// every limit of the request (unless hits is 0).
+// every limit of the request (unless hits is 0); with ChargeReserve it is
+// the state after the charge when the Result is Allowed, and a caller
+// stores it when every limit of the request is.
 func DecideCharge(l Limit, now int64, s State, hits int64, m ChargeMode) (Result, State, error) {
 	var res Result
 	err := s.ApplyCharge(&res, &l, now, hits, m)
@@ -87,7 +89,7 @@ func (s *State) ApplyTo(res *Result, l *Limit, now int64, hits int64) error {
 
 // ApplyCharge is ApplyTo under a charge mode: ChargeNever leaves *s as
 // hits == 0 does, ChargeAlways makes *s the state after the charge whatever
-// the Result (see ChargeMode).
+// the Result, ChargeReserve when its one hit is admitted (see ChargeMode).
 func (s *State) ApplyCharge(res *Result, l *Limit, now, hits int64, m ChargeMode) error {
 	if !l.valid() {
 		return l.Validate() // builds the error; valid is its fast, inlined twin
@@ -105,12 +107,20 @@ func (s *State) ApplyCharge(res *Result, l *Limit, now, hits int64, m ChargeMode
 	if s.Expires <= now {
 		*s = State{}
 	}
-	if m == ChargeAlways {
+	switch m {
+	case ChargeAlways:
 		*res = chargeAlways(l, now, s, hits)
-		return nil
+	case ChargeReserve:
+		reserve(res, l, now, s, hits)
+	default:
+		decideHits(res, l, now, s, hits)
 	}
-	// Each algorithm replaces *s by the next state when it admits and
-	// leaves it alone when it denies.
+	return nil
+}
+
+// decideHits decides hits under l: each algorithm replaces *s by the next state
+// when it admits and leaves it alone when it denies. *s is not expired.
+func decideHits(res *Result, l *Limit, now int64, s *State, hits int64) {
 	switch l.Algorithm {
 	case SlidingLog:
 		*res = slidingLog(l, now, s, hits)
@@ -121,7 +131,19 @@ func (s *State) ApplyCharge(res *Result, l *Limit, now, hits int64, m ChargeMode
 	default:
 		gcra(l, now, s, hits, res)
 	}
-	return nil
+}
+
+// reserve is ChargeReserve: admission on one hit, checked on a copy of *s;
+// an admitted request is charged its hits as ChargeAlways would, and is
+// reported admitted even when the charge leaves the state over the limit.
+// A refusal leaves *s alone. The Redis scripts mirror it (decide.lua).
+func reserve(res *Result, l *Limit, now int64, s *State, hits int64) {
+	check := *s
+	if decideHits(res, l, now, &check, 1); !res.Allowed {
+		return
+	}
+	*res = chargeAlways(l, now, s, hits)
+	res.Allowed, res.RetryAfter = true, 0
 }
 
 // periodMicros returns l.Period in microseconds (Validate ensures >= 1000).

@@ -221,10 +221,21 @@ const (
 	// over); RetryAfter, when over, the time until one hit would be
 	// admitted again. See docs/algorithms.md for each algorithm.
 	ChargeAlways
+	// ChargeReserve decides admission on one hit ("is one hit left?", as
+	// ChargeNever with Hits 1 would) and charges an admitted request its
+	// full Hits whatever the limit says, in the same step: a reservation
+	// taken with its check, so that no request in flight passes a check
+	// another one has already spent. It may leave the state over the
+	// limit by that one reservation. A refused request charges nothing.
+	// Every limit of the request must admit its one hit (all or none, as
+	// ChargeIfAdmitted). An admitted Result is Allowed with the state
+	// after the charge (Remaining 0 when over, RetryAfter 0); a refused
+	// one is the one-hit check's.
+	ChargeReserve
 )
 
 // Valid reports whether m names a charge mode.
-func (m ChargeMode) Valid() bool { return m <= ChargeAlways }
+func (m ChargeMode) Valid() bool { return m <= ChargeReserve }
 
 // String returns m's name, as docs and metrics spell it.
 func (m ChargeMode) String() string {
@@ -235,6 +246,8 @@ func (m ChargeMode) String() string {
 		return "never"
 	case ChargeAlways:
 		return "always"
+	case ChargeReserve:
+		return "reserve"
 	}
 	return fmt.Sprintf("ChargeMode(%d)", uint8(m))
 }

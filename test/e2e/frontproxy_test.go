@@ -26,6 +26,7 @@ func TestFrontProxy(t *testing.T) {
 		{"large_reply", largeReplyScenarios},
 		{"jwt", jwtScenarios},
 		{"charge", chargeScenarios},
+		{"charge_atomic", chargeAtomicScenarios},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

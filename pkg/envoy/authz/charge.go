@@ -38,10 +38,13 @@ type charger struct {
 }
 
 // check is the request path: a locked-out key is refused (429
-// locked-out), then every limit is checked without a charge (Hits 1,
-// ChargeNever: "is anything left?") and a spent one refuses (429
-// quota-exceeded, with the route's RateLimit headers); an admitted
-// request's reservations are charged. err is a store failure.
+// locked-out), then every limit's reservation is taken with its check in
+// one atomic store step (ratelimit.ChargeReserve: admitted while one hit
+// is left, then charged its whole reservation; refused, charged nothing),
+// so no request in flight passes a check another has already spent. A
+// spent limit refuses (429 quota-exceeded, with the route's RateLimit
+// headers) and the reservations the others took in this call are refunded.
+// err is a store failure.
 func (c *charger) check(ctx context.Context, p chargePlan, style policy.HeaderStyle) (*reply, error) {
 	if len(p.entries) == 0 {
 		return nil, nil
@@ -54,16 +57,18 @@ func (c *charger) check(ctx context.Context, p chargePlan, style policy.HeaderSt
 	if r, err := c.checkLockouts(ctx, p); r != nil || err != nil {
 		return r, err
 	}
-	decs, err := c.decide(ctx, p.entries, func(chargeEntry) (int64, ratelimit.ChargeMode) { return 1, ratelimit.ChargeNever })
+	decs, err := c.decide(ctx, p.entries, func(e chargeEntry) (int64, ratelimit.ChargeMode) { return e.reserved, ratelimit.ChargeReserve })
 	if err != nil {
 		c.countChecks(p, ChargeCheckError)
 		return nil, err
 	}
-	if r := c.overReply(p, decs, style); r != nil {
-		return r, nil
+	if refused(decs) {
+		c.refundAdmitted(ctx, p, decs)
+		return c.overReply(p, decs, style), nil
 	}
 	c.countChecks(p, ChargeCheckOK)
-	return nil, c.reserve(ctx, p)
+	c.reserved(ctx, p, decs)
+	return nil, nil
 }
 
 // checkLockouts refuses the request when one of its keys is locked out.
@@ -125,26 +130,48 @@ func (c *charger) countChecks(p chargePlan, outcome string) {
 	}
 }
 
-// reserve charges the reservations of an admitted request.
-func (c *charger) reserve(ctx context.Context, p chargePlan) error {
-	var rs []chargeEntry
-	for _, e := range p.entries {
-		if e.reserved > 0 {
-			rs = append(rs, e)
+// reserved counts the reservations an admitted request took, and trips
+// the lockout of a cost limit whose reservation spent its budget. An
+// outcome limit's reserved hit is provisional (its status decides): it is
+// counted in the hits charged, and its charge is counted at the status.
+func (c *charger) reserved(ctx context.Context, p chargePlan, decs []ratelimit.Decision) {
+	for i, e := range p.entries {
+		name := e.limit.Limit.Name
+		if e.limit.Charge.Cost == nil {
+			c.metrics.reservedHits(p.route, name, e.reserved)
+			continue
+		}
+		result := spentOr(decs[i].Results[0])
+		c.metrics.charged(p.route, name, ChargeKindCost, result, e.reserved)
+		if result == ChargeSpent && e.limit.Charge.Lockout != nil {
+			c.trip(ctx, p.route, e)
 		}
 	}
-	if len(rs) == 0 {
-		return nil
-	}
-	decs, err := c.decide(ctx, rs, func(e chargeEntry) (int64, ratelimit.ChargeMode) { return e.reserved, ratelimit.ChargeAlways })
-	for i, e := range rs {
-		result := ChargeError
-		if err == nil {
-			result = spentOr(decs[i].Results[0])
+}
+
+func refused(decs []ratelimit.Decision) bool {
+	for _, d := range decs {
+		if !d.Results[0].Allowed {
+			return true
 		}
-		c.metrics.charged(p.route, e.limit.Limit.Name, ChargeKindCost, result, e.reserved)
 	}
-	return err
+	return false
+}
+
+// refundAdmitted gives back the reservations taken by the limits that
+// admitted a request another limit refused in the same check, and puts
+// each one's state after the refund in decs (for the 429's headers).
+// Between the two store steps those hits were held: another request may
+// have been refused for them (over-refusal), never admitted.
+func (c *charger) refundAdmitted(ctx context.Context, p chargePlan, decs []ratelimit.Decision) {
+	for i, e := range p.entries {
+		if !decs[i].Results[0].Allowed {
+			continue
+		}
+		if r, ok := c.charge(ctx, p.route, e, -e.reserved); ok {
+			decs[i].Results[0] = r
+		}
+	}
 }
 
 // decide asks the store about each entry, one request per entry (each its
@@ -178,23 +205,26 @@ func spentOr(r ratelimit.Result) string {
 }
 
 // charge is the response path: hits (negative: a refund) charged to e
-// whatever the budget says; a charge that leaves it spent trips e's
-// lockout. The stream may be over (client gone): the charge must still
+// whatever the budget says. A charge (of 0 too: a counted status keeping
+// its reserved hit, a cost equal to its reservation) that leaves the
+// budget spent trips e's lockout: the state after it is read in the same
+// store step. The stream may be over (client gone): the charge must still
 // reach the store. Failures are counted, never returned: the response is
-// on its way.
-func (c *charger) charge(ctx context.Context, route string, e chargeEntry, hits int64) {
+// on its way. ok reports that the store answered r, the state after.
+func (c *charger) charge(ctx context.Context, route string, e chargeEntry, hits int64) (r ratelimit.Result, ok bool) {
 	kind, name := chargeKind(e.limit), e.limit.Limit.Name
-	if hits == 0 || c.limits == nil {
-		return
+	if c.limits == nil || hits == 0 && kind == ChargeKindCost && e.limit.Charge.Lockout == nil {
+		return r, false // nothing to charge, count or trip
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
 	decs, err := c.decide(ctx, []chargeEntry{e}, func(chargeEntry) (int64, ratelimit.ChargeMode) { return hits, ratelimit.ChargeAlways })
 	if err != nil {
 		c.metrics.charged(route, name, kind, ChargeError, hits)
-		return
+		return r, false
 	}
-	result := spentOr(decs[0].Results[0])
+	r = decs[0].Results[0]
+	result := spentOr(r)
 	if hits < 0 {
 		result = ChargeRefund
 	}
@@ -202,6 +232,7 @@ func (c *charger) charge(ctx context.Context, route string, e chargeEntry, hits 
 	if result == ChargeSpent && e.limit.Charge.Lockout != nil {
 		c.trip(ctx, route, e)
 	}
+	return r, true
 }
 
 // trip locks e's key out for its lockout's next duration.

@@ -119,7 +119,7 @@ func (st *procStream) startCharges(p chargePlan) {
 }
 
 // chargeResponseHeaders charges what the status and headers decide: each
-// outcome limit (a counted status charges one hit), each cost limit read
+// outcome limit (a counted status keeps the hit its check reserved), each cost limit read
 // from a header; a cost limit read from the body starts collecting it. A
 // replayed reply (the upstream did not run) refunds the reservations.
 func (st *procStream) chargeResponseHeaders(h *extprocv3.HttpHeaders) {
@@ -140,10 +140,7 @@ func (st *procStream) chargeResponseHeaders(h *extprocv3.HttpHeaders) {
 		c := pc.entry.limit.Charge
 		switch {
 		case c.Cost == nil:
-			if c.Counts(run.status) {
-				st.s.charges.charge(st.ctx, run.route, pc.entry, 1)
-			}
-			pc.entry.limit = nil // done
+			st.chargeOutcome(run.route, pc, c.Counts(run.status))
 		case c.Cost.Header != "":
 			n, ok := headerCost(hs, c.Cost.Header)
 			st.chargeCost(run.route, pc, n, ok)
@@ -177,6 +174,35 @@ func encoded(hs headerList) bool {
 		}
 	}
 	return false
+}
+
+// chargeOutcome settles an outcome limit at its status: a counted one
+// keeps the hit reserved with the check (charging it when the plan came
+// from a replica that reserved none), and the state after it may trip the
+// lockout; any other status refunds it.
+func (st *procStream) chargeOutcome(route string, pc *pendingCharge, counted bool) {
+	e := pc.entry
+	pc.entry.limit = nil // done
+	switch {
+	case counted:
+		st.s.charges.charge(st.ctx, route, e, 1-e.reserved)
+	case e.reserved > 0:
+		st.s.charges.charge(st.ctx, route, e, -e.reserved)
+	}
+}
+
+// refundUnlessRun refunds the reservations of a request that will not
+// reach its upstream: answered locally (resp is an immediate response: a
+// refusal, a replay, any local reply) or sent to the replay endpoint. It
+// returns resp.
+func (st *procStream) refundUnlessRun(resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	run := st.charging
+	if run == nil || resp.GetImmediateResponse() == nil && !st.replaying {
+		return resp
+	}
+	st.charging = nil
+	st.s.charges.refund(st.ctx, chargePlan{route: run.route, entries: run.entries()})
+	return resp
 }
 
 func headerCost(hs headerList, name string) (int64, bool) {
@@ -257,7 +283,8 @@ func (st *procStream) chargeResponseTrailers(t *extprocv3.HttpTrailers) {
 // response that never completed (a client gone, an upstream reset, a
 // body cut short, a stream that ended before the reply) at least its
 // reservation too, which the upstream may well have spent. An outcome limit
-// whose status was never seen charges nothing.
+// whose status was never seen keeps its reserved hit (the upstream may
+// have run: the conservative side).
 func (st *procStream) settleCharges(complete bool) {
 	run := st.charging
 	if run == nil {

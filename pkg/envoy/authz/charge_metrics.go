@@ -50,7 +50,7 @@ const (
 //	extauthz_charge_checks_total{route,limit,outcome}     request-path checks
 //	extauthz_charges_total{route,limit,kind,result}       response-path charges
 //	extauthz_charged_cost_total{route,limit}              summed hits charged (reservations included)
-//	extauthz_charge_refunded_total{route,limit}           summed hits refunded (reservations above the real cost)
+//	extauthz_charge_refunded_total{route,limit}           summed hits refunded (reservations not used)
 //	extauthz_lockouts_total{route,limit,event}            lockout trips, refusals while locked, store errors
 //
 // route and limit are the policy's names, so the series are bounded by it;
@@ -78,7 +78,7 @@ func NewChargeMetrics(reg prometheus.Registerer) (*ChargeMetrics, error) {
 		{&m.checks, "extauthz_charge_checks_total", "Request-path checks of charged limits by route, limit and outcome (ok, over_limit, locked, error).", []string{"outcome"}},
 		{&m.charges, "extauthz_charges_total", "Response-path charges of charged limits by route, limit, kind (outcome, cost) and result (within, spent, refund, missing, error).", []string{"kind", "result"}},
 		{&m.cost, "extauthz_charged_cost_total", "Hits charged to charged limits (costs, reservations, counted outcomes) by route and limit.", nil},
-		{&m.refunded, "extauthz_charge_refunded_total", "Hits refunded to cost limits (a reservation above the real cost) by route and limit.", nil},
+		{&m.refunded, "extauthz_charge_refunded_total", "Hits refunded to charged limits (a reservation above the real cost, an outcome's hit its status did not count, a request that did not run) by route and limit.", nil},
 		{&m.lockouts, "extauthz_lockouts_total", "Lockout events of charged limits by route, limit and event (trip, refused, error).", []string{"event"}},
 	} {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: c.name, Help: c.help}, append([]string{"route", "limit"}, c.labels...))
@@ -122,10 +122,10 @@ func (m *ChargeMetrics) precreate(route string, c *policy.ChargedLimit) {
 	for _, o := range []string{ChargeCheckOK, ChargeCheckOverLimit, ChargeCheckError} {
 		m.checks.WithLabelValues(route, name, o)
 	}
-	results := []string{ChargeWithin, ChargeSpent, ChargeError}
+	results := []string{ChargeWithin, ChargeSpent, ChargeRefund, ChargeError}
+	m.refunded.WithLabelValues(route, name)
 	if kind == ChargeKindCost {
-		results = append(results, ChargeRefund, ChargeMissing)
-		m.refunded.WithLabelValues(route, name)
+		results = append(results, ChargeMissing)
 	}
 	for _, r := range results {
 		m.charges.WithLabelValues(route, name, kind, r)
@@ -163,6 +163,12 @@ func (m *ChargeMetrics) charged(route, limit, kind, result string, hits int64) {
 	case hits < 0:
 		m.refunded.WithLabelValues(route, limit).Add(float64(-hits))
 	}
+}
+
+// reservedHits counts an outcome limit's hit reserved with its check:
+// charged, though its charge event is its status's.
+func (m *ChargeMetrics) reservedHits(route, limit string, hits int64) {
+	m.cost.WithLabelValues(route, limit).Add(float64(hits))
 }
 
 func (m *ChargeMetrics) lockout(route, limit, event string) {

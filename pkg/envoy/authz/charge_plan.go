@@ -41,7 +41,7 @@ type chargeEntry struct {
 	limit    *policy.ChargedLimit
 	index    int    // in the route's (tier's) charged list
 	key      string // the counting key (and the lockout's)
-	reserved int64  // hits charged up front (cost limits with reserve)
+	reserved int64  // hits charged with the check: at least 1 (see planCharges)
 }
 
 // chargePlan is what a request's response will be charged with.
@@ -51,8 +51,11 @@ type chargePlan struct {
 }
 
 // planCharges resolves the charged limits of route for a caller: each whose
-// key the request names, with its reservation. scope is the caller's
-// (limitScope); body is the request body as far as read (nil when none).
+// key the request names, with what its check reserves: a cost limit's
+// reservation, at least 1, an outcome limit's one hit (refunded when the
+// status does not count), so that the check and the charge are one store
+// step. scope is the caller's (limitScope); body is the request body as
+// far as read (nil when none).
 func planCharges(scope string, route *policy.Route, in callerInput, body []byte) chargePlan {
 	charged, tier := route.ChargedFor(tierValue(route.Tiers, in))
 	p := chargePlan{route: route.Name, tier: tier}
@@ -61,7 +64,7 @@ func planCharges(scope string, route *policy.Route, in callerInput, body []byte)
 		if !ok {
 			continue
 		}
-		p.entries = append(p.entries, chargeEntry{limit: c, index: i, key: key, reserved: reservation(c, in.headers)})
+		p.entries = append(p.entries, chargeEntry{limit: c, index: i, key: key, reserved: max(reservation(c, in.headers), 1)})
 	}
 	return p
 }

@@ -164,6 +164,9 @@ func (s *Authz) explain(ctx context.Context, req *authv3.CheckRequest) (Explanat
 	}
 	p := planLimits(scope, ex.Route, caller)
 	ex.Tier = p.tier
+	if len(p.limits) == 0 { // a tier with charged limits only (read above)
+		return ex, nil
+	}
 	ex.Request = &ratelimit.Request{Key: p.key, Limits: p.limits, Hits: 1}
 	decs, err := s.limits.AllowBatch(ctx, []ratelimit.Request{{Key: p.key, Limits: p.limits}})
 	if err != nil {

@@ -58,12 +58,13 @@ func skipResponseBody() *extprocv3.ProcessingResponse {
 	return resp
 }
 
-// hasTicket reports whether the request carries a replay ticket.
-func hasTicket(h *extprocv3.HttpHeaders) bool {
-	for _, hv := range h.GetHeaders().GetHeaders() {
-		if hv.GetKey() == HeaderReplayTicket {
-			return true
-		}
+// ticketVerified reports whether the request carries a replay ticket this
+// deployment signed and that has not expired: never a client's copy.
+func (st *procStream) ticketVerified(h *extprocv3.HttpHeaders) bool {
+	v, ok := protoHeaders(h.GetHeaders()).get(HeaderReplayTicket)
+	if !ok || st.s.gate.replay == nil {
+		return false
 	}
-	return false
+	_, err := st.s.gate.replay.verify(v)
+	return err == nil
 }

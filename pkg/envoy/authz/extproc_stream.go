@@ -85,17 +85,17 @@ func (st *procStream) handle(req *extprocv3.ProcessingRequest) (*extprocv3.Proce
 		if r, err := st.chargeRequestHeaders(req, v.RequestHeaders); r != nil || err != nil {
 			return st.chargeRefused(r, err)
 		}
-		return st.requestHeaders(req, v.RequestHeaders), nil
+		return st.refundUnlessRun(st.requestHeaders(req, v.RequestHeaders)), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if r, err := st.chargeRequestBody(v.RequestBody.GetBody(), st.wholeRequestBody(v.RequestBody)); r != nil || err != nil {
 			return st.chargeRefused(r, err)
 		}
-		return st.requestBody(v.RequestBody), nil
+		return st.refundUnlessRun(st.requestBody(v.RequestBody)), nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		if r, err := st.chargeRequestBody(nil, true); r != nil || err != nil {
 			return st.chargeRefused(r, err)
 		}
-		return st.requestTrailers(), nil
+		return st.refundUnlessRun(st.requestTrailers()), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		st.chargeResponseHeaders(v.ResponseHeaders)
 		return st.responseHeaders(v.ResponseHeaders), nil
@@ -136,11 +136,12 @@ func (st *procStream) requestHeaders(req *extprocv3.ProcessingRequest, h *extpro
 	case ok:
 		return st.requestHeadersReply(st.fromHandoff(hand))
 	case st.modeKnown && st.bodyMode != filterv3.ProcessingMode_BUFFERED:
-		// Not wiring (a): nothing to decide here. A ticket means ext_authz
-		// marked the request for replay: its response is not ours to read.
-		// (Only a response without a lease is skipped, so a client copy
-		// that slipped through would change nothing.)
-		st.replaying = hasTicket(h)
+		// Not wiring (a): nothing to decide here. A ticket ext_authz
+		// signed marks the request for replay: its response is not ours
+		// to read, nor to charge. A client's copy (the shipped configs
+		// strip it, a hand-written one may not) fails verification and
+		// marks nothing: it would otherwise refund the charged limits.
+		st.replaying = st.ticketVerified(h)
 		return continueRequestHeaders()
 	}
 	hs := protoHeaders(h.GetHeaders())

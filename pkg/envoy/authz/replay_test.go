@@ -288,8 +288,9 @@ var base64RawURL = base64.RawURLEncoding
 func TestExtProcLetsMarkedReplayThrough(t *testing.T) {
 	e := startReplay(t, true)
 	s := e.open(t)
+	ticket := e.replayer.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &blob.Ref{}}, nil)
 	r := s.send(reqHeaders(filterv3.ProcessingMode_NONE, false, nil, ":method", "POST", ":path", "/orders/1", "x-tenant-id", "acme",
-		"idempotency-key", "k1", HeaderReplayTicket, "t"))
+		"idempotency-key", "k1", HeaderReplayTicket, ticket))
 	if r.GetRequestHeaders() == nil || r.GetRequestHeaders().GetResponse() != nil {
 		t.Fatalf("request headers answered %v, want a plain continue", r)
 	}

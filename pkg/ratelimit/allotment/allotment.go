@@ -44,8 +44,8 @@
 //
 // Requests whose limits are all Exact, checks (Hits 0), and requests
 // charged in another mode than ratelimit.ChargeIfAdmitted (checks of a
-// budget charged later, and those charges), go to the inner store
-// unchanged. A request mixing both reserves its allotment tokens
+// budget charged later, reservations taken with their check, and those
+// charges), go to the inner store unchanged. A request mixing both reserves its allotment tokens
 // first, then asks the inner store for the exact limits (with those of
 // cold keys, in the same call), and gives the reserved tokens back to its
 // slices when anything denies.

@@ -28,10 +28,11 @@ func (s *Store) askInner(ctx context.Context, reqs []ratelimit.Request) ([]ratel
 // and has an allotment limit), checked (Hits 0 with an allotment limit: on
 // the inner store, then the tokens held here are added), or plain. One scan
 // of the limits; requests without allotment limits cost nothing more. A
-// request of another charge mode is plain: a check of hits (ChargeNever)
-// or a charge whatever the outcome (ChargeAlways) goes to the shared store
-// as it is, which is exact, and cannot come from a slice, whose tokens are
-// only ever admitted hits.
+// request of another charge mode is plain: a check of hits (ChargeNever),
+// a charge whatever the outcome (ChargeAlways) or a reservation taken with
+// its check (ChargeReserve) goes to the shared store as it is, which is
+// exact, and cannot come from a slice, whose tokens are only ever admitted
+// hits.
 func kind(r ratelimit.Request) (leased, checked bool) {
 	if r.Charge != ratelimit.ChargeIfAdmitted {
 		return false, false

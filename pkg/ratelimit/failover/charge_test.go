@@ -60,3 +60,23 @@ func TestClosedModeDecidesRefunds(t *testing.T) {
 		t.Errorf("fail-closed with the primary down admitted: %+v", d)
 	}
 }
+
+// With the primary down, a reservation (ChargeReserve) is taken with its
+// check on the fallback as on the primary: admitted while one hit is
+// left, charged whole, then refused without a charge; fail-closed refuses
+// it.
+func TestFallbackTakesReservationsAtomically(t *testing.T) {
+	t.Parallel()
+	s := downStore(t, failover.Open)
+	for i, want := range []bool{true, true, false} { // 3, then 6 of 5 (one hit was left), then refused
+		if d := charge(t, s, 3, ratelimit.ChargeReserve); d.Allowed != want {
+			t.Fatalf("reservation %d: %+v, want allowed %v", i+1, d, want)
+		}
+	}
+	if d := charge(t, s, -5, ratelimit.ChargeAlways); d.Results[0].Remaining != 4 {
+		t.Fatalf("refund of 5 from 6: %+v, want 4 remaining (the refused reservation charged nothing)", d)
+	}
+	if d := charge(t, downStore(t, failover.Closed), 3, ratelimit.ChargeReserve); d.Allowed {
+		t.Errorf("fail-closed admitted a reservation: %+v", d)
+	}
+}

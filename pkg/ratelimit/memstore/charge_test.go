@@ -77,3 +77,35 @@ func TestBatchRejectsRefundsOutsideChargeAlways(t *testing.T) {
 		}
 	}
 }
+
+// A ChargeReserve admits on one hit of every limit and then charges its
+// whole hits to all of them, over the limit if need be; a refusal charges
+// none and answers with the one-hit checks.
+func TestBatchChargeReserve(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, Options{})
+	ctx := context.Background()
+	ls := []ratelimit.Limit{limit(ratelimit.FixedWindow, 5, time.Minute), limit(ratelimit.GCRA, 100, time.Hour)}
+	const key = "k"
+	for _, c := range []struct {
+		hits int64
+		ok   bool
+		want []int64
+	}{
+		{4, true, []int64{1, 96}},
+		{4, true, []int64{0, 92}}, // one hit left on the first: admitted, 8 charged
+		{1, false, []int64{0, 92}},
+		{0, false, []int64{0, 92}},
+	} {
+		d, err := s.AllowBatch(ctx, []ratelimit.Request{{Key: key, Limits: ls, Hits: c.hits, Charge: ratelimit.ChargeReserve}})
+		if err != nil {
+			t.Fatalf("reserve %d: %v", c.hits, err)
+		}
+		if got := remaining(t, s, key, ls); d[0].Allowed != c.ok || got[0] != c.want[0] || got[1] != c.want[1] {
+			t.Errorf("reserve %d: allowed %v, then remaining %v; want %v, %v", c.hits, d[0].Allowed, got, c.ok, c.want)
+		}
+		if !c.ok && (d[0].Results[1].Remaining != 91 || d[0].Results[0].Allowed) {
+			t.Errorf("refused reserve %d: results %+v, want the one-hit checks (91 left after one on the second)", c.hits, d[0].Results)
+		}
+	}
+}

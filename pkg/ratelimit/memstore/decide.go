@@ -17,8 +17,8 @@ func (s *Store) locate(key string) (*shard, uint64) {
 
 // decide evaluates every limit of r against the current states, writing
 // one Result per limit into res, and charges them as r.Charge says: all of
-// them only if all admit (ChargeIfAdmitted), all whatever they decide
-// (ChargeAlways), none (ChargeNever).
+// them only if all admit (ChargeIfAdmitted; ChargeReserve, admitting on
+// one hit), all whatever they decide (ChargeAlways), none (ChargeNever).
 func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (bool, error) {
 	sh, h := s.locate(r.Key)
 	sh.mu.Lock()
@@ -45,6 +45,9 @@ func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (
 		res[i], allowed = rr, allowed && rr.Allowed
 		ents, nexts = append(ents, e), append(nexts, next)
 	}
+	if !allowed && r.Charge == ratelimit.ChargeReserve {
+		checkOneHit(now, r, ents, res)
+	}
 	if !charges(r, allowed) {
 		return allowed, nil
 	}
@@ -66,9 +69,22 @@ func (s *Store) decide(now int64, r ratelimit.Request, res []ratelimit.Result) (
 	return allowed, nil
 }
 
+// checkOneHit rewrites the Results of a refused ChargeReserve request as
+// its one-hit checks (a limit that admitted reports what is left, not the
+// state after a charge that never happened), as decide.lua answers.
+func checkOneHit(now int64, r ratelimit.Request, ents []*entry, res []ratelimit.Result) {
+	for i, l := range r.Limits {
+		var cur ratelimit.State
+		if ents[i] != nil {
+			cur = ents[i].st
+		}
+		res[i], _, _ = ratelimit.DecideCharge(l, now, cur, 1, ratelimit.ChargeNever) // validated above
+	}
+}
+
 // charges reports whether r's decision writes its next states: a
-// ChargeAlways always does, a ChargeIfAdmitted only when every limit
-// admitted, a ChargeNever (or a request of no hits) never.
+// ChargeAlways always does, a ChargeIfAdmitted or ChargeReserve only when
+// every limit admitted, a ChargeNever (or a request of no hits) never.
 func charges(r ratelimit.Request, allowed bool) bool {
 	switch {
 	case r.Hits == 0 || r.Charge == ratelimit.ChargeNever:

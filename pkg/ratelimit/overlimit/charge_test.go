@@ -61,3 +61,29 @@ func TestRefundForgetsTheRememberedDenial(t *testing.T) {
 		t.Errorf("check after a refund of 2: %+v, want admitted with 1 remaining", d)
 	}
 }
+
+// A refused reservation (ChargeReserve) is remembered as a denial of one
+// hit: a later reservation of any size is refused without the store, and a
+// refund forgets it.
+func TestReservationRefusedAsOneHit(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_700_006_400, 0)}
+	inner := newMem(t, clk)
+	s, _ := newCached(t, inner, clk)
+	l := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 5, Period: time.Minute}
+	for i, want := range []bool{true, true, false} { // 3, then 6 (one hit was left), then refused
+		if d := decideOne(t, s, l, 3, ratelimit.ChargeReserve); d.Allowed != want {
+			t.Fatalf("reservation %d: %+v, want allowed %v", i+1, d, want)
+		}
+	}
+	before := inner.reqs.Load()
+	for _, hits := range []int64{1, 300} {
+		if d := decideOne(t, s, l, hits, ratelimit.ChargeReserve); d.Allowed || inner.reqs.Load() != before {
+			t.Fatalf("reservation of %d on a spent budget: %+v, store asked %d times; want a remembered denial", hits, d, inner.reqs.Load()-before)
+		}
+	}
+	decideOne(t, s, l, -6, ratelimit.ChargeAlways)
+	if d := decideOne(t, s, l, 3, ratelimit.ChargeReserve); !d.Allowed {
+		t.Errorf("reservation after the refund: %+v, want admitted", d)
+	}
+}

@@ -20,7 +20,9 @@
 // failover's fallback while Redis is down) are not remembered. Charges
 // (ratelimit.ChargeAlways) always reach the store; a refund, the one thing
 // that makes a key admit sooner, forgets the same request's remembered
-// denial (see remember).
+// denial (see remember). A reservation (ratelimit.ChargeReserve) is
+// admitted on one hit: its refusal is remembered, and answered, as a
+// denial of one hit.
 package overlimit
 
 import (
@@ -109,21 +111,19 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 	}
 	now := s.now()
 	var out []ratelimit.Decision // made at the first remembered denial
-	var miss []int
+	var missBuf [4]int           // the usual batch: no allocation
+	miss := missBuf[:0]
 	for i, r := range reqs {
-		if r.Charge == ratelimit.ChargeAlways { // a charge must land, denied or not
+		d, ok := s.remembered(r, now)
+		if !ok {
 			miss = append(miss, i)
 			continue
 		}
-		if d, ok := s.cache.get(entryIDOf(r), r.Hits, now); ok {
-			if out == nil {
-				out = make([]ratelimit.Decision, len(reqs))
-			}
-			out[i] = d
-			s.hits.Inc()
-			continue
+		if out == nil {
+			out = make([]ratelimit.Decision, len(reqs))
 		}
-		miss = append(miss, i)
+		out[i] = d
+		s.hits.Inc()
 	}
 	if len(miss) == 0 { // every request remembered
 		return out, nil
@@ -151,6 +151,25 @@ func (s *Store) AllowBatch(ctx context.Context, reqs []ratelimit.Request) ([]rat
 	return out, nil
 }
 
+// remembered is r's remembered denial, if any. A charge (ChargeAlways)
+// must land, denied or not: it is never answered here.
+func (s *Store) remembered(r ratelimit.Request, now time.Time) (ratelimit.Decision, bool) {
+	if r.Charge == ratelimit.ChargeAlways {
+		return ratelimit.Decision{}, false
+	}
+	return s.cache.get(entryIDOf(r), admissionHits(r), now)
+}
+
+// admissionHits is the hits r's admission is decided on: one for a
+// reservation (ChargeReserve, whose refusal is a one-hit denial), else
+// its hits.
+func admissionHits(r ratelimit.Request) int64 {
+	if r.Charge == ratelimit.ChargeReserve {
+		return 1
+	}
+	return r.Hits
+}
+
 // remember records what r's decision d teaches the cache. A denial is
 // remembered when the store made it (authoritative), except a forced
 // charge's: ChargeAlways reports the state after its charge, not a denial
@@ -163,7 +182,7 @@ func (s *Store) remember(r ratelimit.Request, d ratelimit.Decision, authoritativ
 		s.cache.forget(entryIDOf(r))
 	case r.Charge == ratelimit.ChargeAlways, !authoritative, d.Allowed:
 	default:
-		s.cache.put(entryIDOf(r), r.Hits, d, r.Limits, now)
+		s.cache.put(entryIDOf(r), admissionHits(r), d, r.Limits, now)
 	}
 }
 

@@ -10,7 +10,10 @@
 -- ARGV[3 + 4*#KEYS] = charge mode, optional: absent or 0 charges the hits
 --           only when every limit admits them, 1 never charges them, 2
 --           charges them to every limit whatever it decides (see
---           ratelimit.ChargeMode; the "always" branches mirror charge.go)
+--           ratelimit.ChargeMode; the "always" branches mirror charge.go),
+--           3 admits on one hit and charges the admitted hits whatever the
+--           limits say (a reservation taken with its check, in this one
+--           call: see reserve below)
 -- The layout and the algorithm codes are mirrored by constants in script.go:
 -- change both together.
 --
@@ -26,7 +29,7 @@ local function floor(n) return math.floor(n) end
 local function max(a, b) if a > b then return a end return b end
 
 local hits = tonumber(ARGV[1])
-local CHARGE_NEVER, CHARGE_ALWAYS = 1, 2
+local CHARGE_NEVER, CHARGE_ALWAYS, CHARGE_RESERVE = 1, 2, 3
 local charge = tonumber(ARGV[3 + 4 * #KEYS]) or 0
 local now
 -- Fixed instants (tests) move only when the test says so, while Redis
@@ -278,17 +281,50 @@ end
 deciders[2] = slidingLog
 -- <<< alg sliding_log
 
-local out = {1}
-local charges = {}
-for i = 1, #KEYS do
-  local a = 3 + 4 * (i - 1)
-  local decide = deciders[tonumber(ARGV[a])]
-  if decide == nil then return redis.error_reply('ERR unknown algorithm code ' .. ARGV[a]) end
-  local res, charge = decide(KEYS[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]))
-  if res[1] == 0 then out[1] = 0 end
-  charges[i] = charge
-  for j = 1, 5 do out[#out + 1] = res[j] end
+-- decideAll runs every limit's decider: the reply, and each limit's
+-- function that charges its hits.
+local function decideAll()
+  local out, writes = {1}, {}
+  for i = 1, #KEYS do
+    local a = 3 + 4 * (i - 1)
+    local decide = deciders[tonumber(ARGV[a])]
+    if decide == nil then return redis.error_reply('ERR unknown algorithm code ' .. ARGV[a]), nil end
+    local res, write = decide(KEYS[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]))
+    if res[1] == 0 then out[1] = 0 end
+    writes[i] = write
+    for j = 1, 5 do out[#out + 1] = res[j] end
+  end
+  return out, writes
 end
+
+-- reserve (charge mode 3): every limit is checked on one hit, nothing
+-- written; a refusal answers those checks. Admitted, the hits are charged
+-- to every limit as charging always does, and each limit reports the state
+-- after the charge, admitted even when it ends over (by this reservation).
+-- Mirrors ratelimit's reserve (decide.go).
+local function reserve()
+  local full = hits
+  hits, charge = 1, 0
+  local out = decideAll()
+  hits, charge = full, CHARGE_ALWAYS
+  if out.err or out[1] == 0 then return out end
+  local writes
+  out, writes = decideAll()
+  if out.err then return out end
+  out[1] = 1
+  for i = 0, #KEYS - 1 do
+    out[2 + 5 * i], out[6 + 5 * i] = 1, 0
+  end
+  if hits ~= 0 then
+    for i = 1, #writes do writes[i]() end
+  end
+  return out
+end
+
+if charge == CHARGE_RESERVE then return reserve() end
+
+local out, charges = decideAll()
+if out.err then return out end
 -- Charge the hits: to every limit when charging always, to all or none
 -- otherwise, and never when told not to.
 if hits ~= 0 and (charge == CHARGE_ALWAYS or charge == 0 and out[1] == 1) then

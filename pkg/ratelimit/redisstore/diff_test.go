@@ -27,7 +27,12 @@ func (r *reference) decide(t *testing.T, req ratelimit.Request, now int64) ratel
 		d.Results[i], next[i] = res, st
 		d.Allowed = d.Allowed && res.Allowed
 	}
-	charged := req.Charge == ratelimit.ChargeAlways || req.Charge == ratelimit.ChargeIfAdmitted && d.Allowed
+	if req.Charge == ratelimit.ChargeReserve && !d.Allowed { // refused: the one-hit checks answer
+		for i, l := range req.Limits {
+			d.Results[i], _, _ = ratelimit.DecideCharge(l, now, r.states[stateID(req.Key, l)], 1, ratelimit.ChargeNever)
+		}
+	}
+	charged := req.Charge == ratelimit.ChargeAlways || req.Charge != ratelimit.ChargeNever && d.Allowed
 	if charged && req.Hits != 0 {
 		for i, l := range req.Limits {
 			r.states[stateID(req.Key, l)] = next[i]
@@ -161,15 +166,18 @@ func playRandom(t *testing.T, s *Store, clk *clock, rng *rand.Rand, limits []rat
 
 // playCharged is playRandom with every charge mode: checks of 0..4 hits,
 // forced charges of -8..15 hits (refunds, and charges far over small
-// limits), and counted requests.
+// limits), reservations of 0..15 hits (admitted on one, charged whole), and
+// counted requests.
 func playCharged(t *testing.T, s *Store, clk *clock, rng *rand.Rand, limits []ratelimit.Limit) {
 	t.Helper()
 	play(t, s, clk, rng, limits, func(rng *rand.Rand) (int64, ratelimit.ChargeMode) {
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
 		case 0:
 			return rng.Int64N(5), ratelimit.ChargeNever
 		case 1:
 			return rng.Int64N(24) - 8, ratelimit.ChargeAlways
+		case 2:
+			return rng.Int64N(16), ratelimit.ChargeReserve
 		}
 		return rng.Int64N(5), ratelimit.ChargeIfAdmitted
 	})

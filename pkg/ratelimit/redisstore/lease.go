@@ -46,14 +46,17 @@ func hasLease(reqs []ratelimit.Request) bool {
 	return false
 }
 
-// validateLease checks what a lease adds to a request: one limit, and a
-// held count that is not negative.
+// validateLease checks what a lease adds to a request: one limit, the
+// default charge mode (lease.lua reads no other), and a held count that is
+// not negative.
 func validateLease(r ratelimit.Request) error {
 	switch {
 	case !isLease(r):
 		return nil
 	case len(r.Limits) != 1:
 		return fmt.Errorf("%w: a lease charges one limit, not %d", ratelimit.ErrInvalidLimit, len(r.Limits))
+	case r.Charge != ratelimit.ChargeIfAdmitted:
+		return fmt.Errorf("%w: a lease is charged only if admitted, not in charge mode %s", ratelimit.ErrInvalidHits, r.Charge)
 	case r.Lease.Held < 0:
 		return fmt.Errorf("%w: lease holds %d tokens", ratelimit.ErrInvalidHits, r.Lease.Held)
 	}

@@ -16,6 +16,12 @@
 -- window algorithms the index of the window they were charged in (they
 -- lapse at its end). The field names, the format and the ledger key
 -- (ledgerKey in keys.go) are shared with reset.lua: change them together.
+-- A lease is charged only if admitted: a charge mode after the limit's
+-- arguments would shift the holder and its tokens, so any other count of
+-- arguments is refused, never misread.
+if #ARGV ~= 8 then
+  return redis.error_reply('ERR lease.lua: a lease takes 8 arguments (no charge mode: a lease is charged only if admitted), got ' .. #ARGV)
+end
 local LEDGER = KEYS[2]
 KEYS[2] = nil -- decide.lua decides every key of KEYS
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +150,31 @@ func TestLeaseRequestsAreChecked(t *testing.T) {
 		if _, err := s.AllowBatch(context.Background(), []ratelimit.Request{c.r}); !errors.Is(err, c.want) {
 			t.Errorf("AllowBatch(%+v) = %v, want %v", c.r, err, c.want)
 		}
+	}
+}
+
+// A lease is charged only if admitted: a lease request in another charge
+// mode is refused (ErrInvalidHits), and lease.lua itself, sent a charge
+// mode after the limit's arguments, refuses instead of reading it as the
+// holder.
+func TestLeaseRefusesChargeModes(t *testing.T) {
+	t.Parallel()
+	_, c := standalone(t)
+	s, _ := fixedStore(t, c)
+	ctx := context.Background()
+	l := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 10, Period: time.Minute}
+	for _, m := range []ratelimit.ChargeMode{ratelimit.ChargeNever, ratelimit.ChargeAlways, ratelimit.ChargeReserve} {
+		req := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{l}, Hits: 3, Charge: m, Lease: ratelimit.Lease{Holder: "h"}}
+		if _, err := s.AllowBatch(ctx, []ratelimit.Request{req}); !errors.Is(err, ratelimit.ErrInvalidHits) {
+			t.Errorf("lease in mode %s: %v, want ErrInvalidHits", m, err)
+		}
+		args := append(scriptArgs(req, t0), req.Lease.Holder, req.Lease.Held)
+		err := leaseScript.Run(ctx, c, []string{"{k}:s", "{k}:s:leases"}, args).Err()
+		if err == nil || !strings.Contains(err.Error(), "a lease takes 8 arguments") {
+			t.Errorf("lease.lua sent mode %s: %v, want its refusal", m, err)
+		}
+	}
+	if n, _ := c.DBSize(ctx).Result(); n != 0 {
+		t.Errorf("%d keys written by refused leases", n)
 	}
 }

@@ -237,3 +237,24 @@ func TestNewRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenModeKeepsARefusedKeyLocked: a key another replica locked in
+// Redis, which this replica only saw refusing a request (Locked), stays
+// locked here when Redis fails, for the time Redis said was left.
+func TestOpenModeKeepsARefusedKeyLocked(t *testing.T) {
+	r := newRig(t, ratefailover.Open)
+	if _, _, err := r.primary.Store.Trip(context.Background(), "elsewhere", login); err != nil { // another replica's trip
+		t.Fatal(err)
+	}
+	r.now = r.now.Add(10 * time.Second)
+	if d := r.locked(t, "elsewhere"); d != 50*time.Second {
+		t.Fatalf("Locked on Redis %v, want 50s", d)
+	}
+	r.primary.err = errors.New("redis down")
+	if d := r.locked(t, "elsewhere"); d != 50*time.Second {
+		t.Errorf("Redis failing: a key this replica saw locked answers %v, want still 50s", d)
+	}
+	if d := r.locked(t, "never-seen"); d != 0 {
+		t.Errorf("Redis failing: a key never seen locked answers %v, want 0", d)
+	}
+}

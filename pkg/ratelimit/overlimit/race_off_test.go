@@ -1,5 +1,0 @@
-//go:build !race
-
-package overlimit_test
-
-const raceEnabled = false
