@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -74,29 +73,6 @@ func jsonCost(doc []byte, path string) (int64, bool) {
 		return parseCost(x)
 	}
 	return 0, false
-}
-
-// jsonKey reads an account key at path: a non-empty string or a number as
-// written.
-func jsonKey(doc []byte, path string) string {
-	v, _ := jsonAt(doc, path)
-	switch x := v.(type) {
-	case string:
-		return x
-	case json.Number:
-		return x.String()
-	}
-	return ""
-}
-
-// formKey reads a field of an application/x-www-form-urlencoded body; ""
-// when absent or the body is not a form.
-func formKey(body []byte, name string) string {
-	q, err := url.ParseQuery(string(body))
-	if err != nil {
-		return ""
-	}
-	return q.Get(name)
 }
 
 // sseCost finds a cost in a text/event-stream reply as it streams by: the
