@@ -57,7 +57,7 @@ type keyBody struct {
 type chargeKeys struct {
 	secret []byte
 	log    *slog.Logger // nil: nothing logged
-	logged sync.Map     // route + limit + reason seen
+	logged *sync.Map    // route + limit + reason seen
 }
 
 // processKeySecret is the HMAC key of a process given none: right for

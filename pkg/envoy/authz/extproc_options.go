@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -34,6 +35,7 @@ type chargeOptions struct {
 	metrics  *ChargeMetrics
 	secret   []byte       // WithChargeKeySecret; nil: processKeySecret
 	log      *slog.Logger // WithChargeKeySecret; nil: nothing logged
+	logged   *sync.Map    // shared by the servers given one WithChargeKeySecret
 }
 
 // Defaults of the options.
@@ -137,7 +139,9 @@ func WithCharges(limits ratelimit.Store, lockouts lockout.Store, m *ChargeMetric
 // process: right for in-process stores only. Pass it to NewAuthz and
 // NewExtProc alike.
 func WithChargeKeySecret(secret []byte, log *slog.Logger) IdempotencyOption {
+	logged := &sync.Map{} // each unreadable key is logged once by both servers
 	return func(o *idemOptions) {
+		o.charges.logged = logged
 		if len(secret) > 0 {
 			o.charges.secret = secret
 		}
@@ -151,7 +155,10 @@ func WithChargeKeySecret(secret []byte, log *slog.Logger) IdempotencyOption {
 // rate-limit store (nil for ext_proc) is the default.
 func (o idemOptions) charger(own ratelimit.Store) *charger {
 	c := &charger{limits: o.charges.limits, lockouts: o.charges.lockouts, metrics: o.charges.metrics, timeout: o.storeTimeout,
-		keys: &chargeKeys{secret: o.charges.secret, log: o.charges.log}}
+		keys: &chargeKeys{secret: o.charges.secret, log: o.charges.log, logged: o.charges.logged}}
+	if c.keys.logged == nil {
+		c.keys.logged = &sync.Map{}
+	}
 	if c.keys.secret == nil {
 		c.keys.secret = processKeySecret()
 	}
