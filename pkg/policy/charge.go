@@ -38,6 +38,8 @@ type Charge struct {
 	Lockout *lockout.Policy
 
 	statuses statusSet
+	keyLine  int    // where `key` is written, for a problem found after parsing
+	keyPath  string // (LoadOptions.RejectAccountKeys)
 }
 
 // Counts reports whether a response with this status counts against an
@@ -196,6 +198,7 @@ func (d *decoder) charge(f field) *Charge {
 			c.Reserve = d.valueSource(kv, false)
 		case "key":
 			c.Key = d.chargeKey(kv)
+			c.keyLine, c.keyPath = kv.line, kv.path
 		case "lockout":
 			c.Lockout = d.lockout(kv)
 		default:
@@ -552,4 +555,27 @@ func splitCharged(specs []limitSpec) (counted []ratelimit.Limit, charged []*Char
 		counted = append(counted, s.limit)
 	}
 	return counted, charged
+}
+
+// accountKeyProblems reports each charged limit of h keyed by an account
+// (header, form_field, json_field), its own and its tiers', with reason.
+func accountKeyProblems(h *HTTP, file, reason string) Errors {
+	if h == nil {
+		return nil
+	}
+	var probs Errors
+	for _, r := range h.Routes {
+		all := r.Charged
+		if r.Tiers != nil {
+			for _, name := range sortedKeys(r.Tiers.Charged) {
+				all = append(all[:len(all):len(all)], r.Tiers.Charged[name]...)
+			}
+		}
+		for _, c := range all {
+			if c.Charge.Key.IsAccount() {
+				probs = append(probs, &Problem{File: file, Line: c.Charge.keyLine, Field: c.Charge.keyPath, Message: reason})
+			}
+		}
+	}
+	return probs
 }

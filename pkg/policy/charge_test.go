@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -251,5 +252,42 @@ http:
 		if got := keys[name]; !reflect.DeepEqual(got, w) {
 			t.Errorf("limit %s key\n got %+v\nwant %+v", name, got, w)
 		}
+	}
+}
+
+// TestRejectAccountKeys: with RejectAccountKeys (a shared store and no key
+// secret) each account-keyed charged limit, a route's or a tier's, is a
+// problem naming its file, line and field; caller and address keys load.
+func TestRejectAccountKeys(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, t.TempDir(), "login.yaml", `
+http:
+  tiers:
+    plans:
+      attribute: {header: x-plan}
+      default: free
+      limits:
+        free: [{name: t, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {header: x-user}}}]
+  routes:
+    - name: login
+      path_prefix: /login
+      rate_limits:
+        - {name: a, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {client_address: {}}}}
+        - {name: b, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {json_field: username}}}
+        - {name: c, requests_per_unit: 5, unit: minute, charge: {on_status: [401]}}
+    - {name: tiered, path_prefix: /t, tier_limits: plans}
+`)
+	_, err := LoadWith(path, LoadOptions{RejectAccountKeys: "set the secret"})
+	var probs Errors
+	if !errors.As(err, &probs) || len(probs) != 2 {
+		t.Fatalf("error %v, want two problems", err)
+	}
+	for i, field := range []string{"http.routes[0].rate_limits[1].charge.key", "http.tiers.plans.limits.free[0].charge.key"} {
+		if msg := probs[i].Error(); !strings.Contains(msg, "login.yaml:") || !strings.Contains(msg, field) || !strings.Contains(msg, "set the secret") || probs[i].Line == 0 {
+			t.Errorf("problem %q, want file, line, %s and the reason", msg, field)
+		}
+	}
+	if _, err := LoadWith(path, LoadOptions{}); err != nil {
+		t.Errorf("without the option: %v", err)
 	}
 }

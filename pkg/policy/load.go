@@ -35,6 +35,11 @@ type LoadOptions struct {
 	// still a duplicate), and `replaces` may name a rule of another file.
 	// Without it a domain defined twice is an error.
 	MergeDomains bool
+	// RejectAccountKeys, when set, makes every charged limit keyed by an
+	// account (a header, form_field or json_field key) a problem with
+	// this message: the server cannot key accounts safely (a shared
+	// store without a key secret).
+	RejectAccountKeys string
 }
 
 // LoadWith is Load with options.
@@ -154,6 +159,9 @@ func loadFiles(files []fileData, opts LoadOptions) (*Policy, error) {
 	}
 	for _, name := range sortedKeys(builders) {
 		probs = append(probs, builders[name].check(name)...)
+	}
+	if opts.RejectAccountKeys != "" {
+		probs = append(probs, accountKeyProblems(p.HTTP, httpFile, opts.RejectAccountKeys)...)
 	}
 	if err := probs.err(); err != nil {
 		return nil, err
