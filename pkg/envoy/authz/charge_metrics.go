@@ -133,12 +133,28 @@ func (m *ChargeMetrics) precreate(route string, c *policy.ChargedLimit) {
 		m.charges.WithLabelValues(route, name, kind, r)
 	}
 	m.cost.WithLabelValues(route, name)
+	for _, reason := range unreadableReasons(c.Charge.Key) {
+		m.unreadable.WithLabelValues(route, name, reason)
+	}
 	if c.Charge.Lockout != nil {
 		m.checks.WithLabelValues(route, name, ChargeCheckLocked)
 		for _, e := range []string{LockoutTrip, LockoutRefused, LockoutError} {
 			m.lockouts.WithLabelValues(route, name, e)
 		}
 	}
+}
+
+// unreadableReasons are the reasons a key of its kind may be unreadable.
+func unreadableReasons(k policy.ChargeKey) []string {
+	switch {
+	case k.Kind == policy.ChargeKeyClientAddress:
+		return []string{KeyNoAddress}
+	case k.NeedsBody():
+		return []string{KeyMissing, KeyTooLarge, KeyUnparsable, KeyTooManyValues}
+	case k.IsAccount():
+		return []string{KeyMissing}
+	}
+	return nil
 }
 
 // allCharged lists a route's charged limits, its own and its tiers'.
