@@ -150,7 +150,9 @@ func (k *chargeKeys) values(key policy.ChargeKey, in callerInput, body keyBody) 
 		if ip == "" {
 			return nil, KeyNoAddress
 		}
-		return []string{ip}, ""
+		// Tagged as the address scope always was: an IPv4 address keeps
+		// the key (budget, lockout) it had before prefixes.
+		return []string{scopeAddress + ip}, ""
 	}
 	raw, reason := accountValues(key, in, body)
 	if reason != "" {

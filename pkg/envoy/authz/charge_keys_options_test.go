@@ -190,3 +190,22 @@ func TestChargeUnreadableKeyCountedAndLoggedOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestChargeAddressKeyShape: an IPv4 address keeps the key it had before
+// IPv6 prefixes (its budget and lockout survive an upgrade); an IPv6
+// address is keyed by its /64.
+func TestChargeAddressKeyShape(t *testing.T) {
+	t.Parallel()
+	e := startCharge(t, chargePolicy)
+	for addr, want := range map[string]string{
+		"192.0.2.1":            "~shared|http|route=login|limit=login-per-address|client_address=~a~192.0.2.1",
+		"::ffff:192.0.2.1":     "~shared|http|route=login|limit=login-per-address|client_address=~a~192.0.2.1",
+		"2001:db8:0:7:1:2:3:4": "~shared|http|route=login|limit=login-per-address|client_address=~a~2001%3Adb8%3A0%3A7%3A%3A/64", // ratelimit.Key escapes ":"
+	} {
+		md := chargeAdmitted(t, e.check(t, checkFrom(addr, "POST", "/login", []byte(`{"username":"a"}`))))
+		limits := md.GetFilterMetadata()["envoy.filters.http.ext_authz"].GetFields()[MetadataCharge].GetStructValue().GetFields()[mdChargeLimits].GetListValue().GetValues()
+		if got := limits[0].GetStructValue().GetFields()[mdChargeKey].GetStringValue(); got != want {
+			t.Errorf("%s: key %q, want %q", addr, got, want)
+		}
+	}
+}
