@@ -101,20 +101,28 @@ func (c *charger) keysOf(scope string, route, tier string, cl *policy.ChargedLim
 		return sharedKeys(base, k.Kind, values), nil
 	}
 	c.keys.unreadable(c.metrics, route, cl.Limit.Name, reason)
-	switch u := k.Unreadable; u.Action {
+	return c.keys.unreadableKeys(scope, base, cl, in, body)
+}
+
+// unreadableKeys applies a key's unreadable choice: the shared key, a
+// fallback key, or the refusal.
+func (k *chargeKeys) unreadableKeys(scope string, base []ratelimit.Entry, cl *policy.ChargedLimit, in callerInput, body keyBody) ([]string, *reply) {
+	key := cl.Charge.Key
+	switch u := key.Unreadable; u.Action {
 	case policy.UnreadableShared:
-		return sharedKeys(base, k.Kind, []string{keyUnreadableValue}), nil
+		return sharedKeys(base, key.Kind, []string{keyUnreadableValue}), nil
 	case policy.UnreadableFallback:
 		fb := *u.Fallback
 		if fb.Kind == policy.ChargeKeyCaller {
 			return []string{ratelimit.Key(scope, httpLimitDomain, base)}, nil
 		}
-		if values, reason = c.keys.values(fb, in, body); reason != "" {
+		values, reason := k.values(fb, in, body)
+		if reason != "" {
 			values = []string{keyUnreadableValue} // no address either: the shared key
 		}
 		return sharedKeys(base, fb.Kind, values), nil
 	}
-	return nil, problemChargeKeyUnreadable(cl.Limit.Name, k.Unreadable.Status)
+	return nil, problemChargeKeyUnreadable(cl.Limit.Name, key.Unreadable.Status)
 }
 
 // sharedKeys are the keys of values under scopeShared.
