@@ -232,3 +232,33 @@ func TestIsEventStream(t *testing.T) {
 		}
 	}
 }
+
+// TestMultipartValues: the non-file parts of a multipart form are fields,
+// in order; a file part is none; a part with a transfer encoding (read
+// raw by some frameworks, decoded by others) or a body that does not
+// parse with its boundary is unparsable.
+func TestMultipartValues(t *testing.T) {
+	t.Parallel()
+	part := func(headers, value string) string { return "--XB\r\n" + headers + "\r\n\r\n" + value + "\r\n" }
+	tests := []struct {
+		name, body string
+		want       string
+		err        bool
+	}{
+		{"one field", part(`Content-Disposition: form-data; name="username"`, "carol") + "--XB--\r\n", "carol", false},
+		{"duplicates and case", part(`Content-Disposition: form-data; name="username"`, "a") + part(`Content-Disposition: form-data; name="Username"`, "b") + "--XB--\r\n", "a|b", false},
+		{"a file part", part(`Content-Disposition: form-data; name="username"; filename="u.txt"`, "x") + "--XB--\r\n", "", false},
+		{"transfer encoding", part("Content-Disposition: form-data; name=\"username\"\r\nContent-Transfer-Encoding: base64", "Y2Fyb2w=") + "--XB--\r\n", "", true},
+		{"another boundary", "--YB\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\ncarol\r\n--YB--\r\n", "", true},
+		{"cut", part(`Content-Disposition: form-data; name="username"`, "carol"), "", true},
+	}
+	for _, tt := range tests {
+		got, err := multipartValues([]byte(tt.body), "XB", fieldMatcher{name: "username"})
+		if strings.Join(got, "|") != tt.want || (err != nil) != tt.err {
+			t.Errorf("%s: %q, %v; want %q, error %v", tt.name, got, err, tt.want, tt.err)
+		}
+	}
+	if _, err := multipartValues([]byte("x"), "", fieldMatcher{name: "username"}); err == nil {
+		t.Error("no boundary: read")
+	}
+}

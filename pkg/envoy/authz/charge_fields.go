@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"mime/multipart"
 	"strings"
 )
 
@@ -154,4 +156,39 @@ func skipJSON(d *json.Decoder, tok json.Token) error {
 		}
 	}
 	return nil
+}
+
+// multipartValues reads every value of a field of a multipart/form-data
+// body (PHP, Django, Express's multer and Flask read its non-file parts as
+// form fields): a file part is no account. A body that does not parse as
+// multipart with its boundary is errUnparsable: those frameworks refuse it
+// too.
+func multipartValues(body []byte, boundary string, m fieldMatcher) ([]string, error) {
+	if boundary == "" {
+		return nil, errUnparsable
+	}
+	r := multipart.NewReader(bytes.NewReader(body), boundary)
+	var out []string
+	for {
+		p, err := r.NextRawPart()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, errUnparsable
+		}
+		if p.FileName() != "" || !m.match(p.FormName()) {
+			continue
+		}
+		if p.Header.Get("Content-Transfer-Encoding") != "" {
+			// Read raw by some frameworks, decoded by others (Go,
+			// Django's base64): no one reading.
+			return nil, errUnparsable
+		}
+		v, err := io.ReadAll(p) // bounded: the body is at most maxChargeKeyBody
+		if err != nil {
+			return nil, errUnparsable
+		}
+		out = append(out, string(v))
+	}
 }

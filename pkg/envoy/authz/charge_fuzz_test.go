@@ -86,6 +86,7 @@ func FuzzChargeKeyParsers(f *testing.F) {
 		`{"username":"carol","pad":"` + "\\u0000" + `"}`, `[1,{"username":"x"}]`, `{"username":1e400}`, `{"\u0075sername":"x"}`,
 		"username=carol&x=%zz", "a=1;b=2&username=carol", "username=a&username=b", "%75sername=%ZZ+%41", "username=%", "&&=&username",
 		"\xff\xfe{", strings.Repeat("[", 300),
+		"--B\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\ncarol\r\n--B--\r\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -94,7 +95,7 @@ func FuzzChargeKeyParsers(f *testing.F) {
 			{Kind: policy.ChargeKeyJSONField, Name: "username", Normalize: policy.DefaultNormalization, Duplicates: policy.DuplicatesAll},
 			{Kind: policy.ChargeKeyFormField, Name: "username", Normalize: policy.DefaultNormalization, Duplicates: policy.DuplicatesLast, ExactFieldNames: true},
 		} {
-			for _, ct := range []string{ctJSON, ctForm, "", "text/plain; charset=\x00"} {
+			for _, ct := range []string{ctJSON, ctForm, "", "text/plain; charset=\x00", "multipart/form-data; boundary=B"} {
 				in := callerInput{headers: headerList{{Name: "content-type", Value: ct}}}
 				raw, _ := accountValues(key, in, keyBody{data: body})
 				for _, v := range distinctNormalized(raw, key) {

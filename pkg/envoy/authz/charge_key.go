@@ -36,7 +36,7 @@ func problemChargeKeyUnreadable(limit string, status int) *reply {
 const (
 	KeyMissing       = "missing"         // no such header or field, or an empty value
 	KeyTooLarge      = "too_large"       // a body over maxChargeKeyBody, or cut by Envoy
-	KeyUnparsable    = "unparsable"      // a body that is not JSON (a JSON body, or a json_field key's)
+	KeyUnparsable    = "unparsable"      // a body read as JSON that is not, or a multipart form that does not parse
 	KeyTooManyValues = "too_many_values" // more than policy.MaxKeyValues distinct values
 	KeyNoAddress     = "no_address"      // no client IP address (no source.address, a Unix socket)
 )
@@ -192,8 +192,16 @@ func accountValues(key policy.ChargeKey, in callerInput, body keyBody) ([]string
 	case len(body.data) == 0:
 		return nil, KeyMissing
 	}
-	if readsAsForm(key.Kind, headerValue(in.headers, "content-type")) {
-		return formValues(body.data, fieldMatcher{name: key.Name, exact: key.ExactFieldNames}), ""
+	m := fieldMatcher{name: key.Name, exact: key.ExactFieldNames}
+	switch format, boundary := bodyFormat(key.Kind, headerValue(in.headers, "content-type")); format {
+	case formatForm:
+		return formValues(body.data, m), ""
+	case formatMultipart:
+		vs, err := multipartValues(body.data, boundary, m)
+		if err != nil {
+			return nil, KeyUnparsable
+		}
+		return vs, ""
 	}
 	path := []string{key.Name}
 	if key.Kind == policy.ChargeKeyJSONField {
@@ -206,24 +214,36 @@ func accountValues(key policy.ChargeKey, in callerInput, body keyBody) ([]string
 	return vs, ""
 }
 
-// readsAsForm decides how a body is read, by its content type as the
-// upstream's framework decides: a form is read as a form and a JSON
-// document as JSON whichever the key names (a form_field key reads the
-// top-level field of its name, a json_field key a field named as its whole
-// path); a body of no or another content type as the key's kind.
-func readsAsForm(kind policy.ChargeKeyKind, contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
+// The ways a body is read for an account.
+const (
+	formatJSON = iota
+	formatForm
+	formatMultipart
+)
+
+// bodyFormat decides how a body is read, by its content type as the
+// upstream's framework decides: a form (urlencoded or multipart) is read
+// as a form and a JSON document as JSON whichever the key names (a
+// form_field key reads the top-level field of its name, a json_field key a
+// field named as its whole path); a body of no or another content type as
+// the key's kind. boundary is a multipart body's.
+func bodyFormat(kind policy.ChargeKeyKind, contentType string) (format int, boundary string) {
+	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		mt, _, _ = strings.Cut(strings.ToLower(contentType), ";")
 		mt = strings.TrimSpace(mt)
 	}
 	switch {
 	case mt == "application/x-www-form-urlencoded":
-		return true
+		return formatForm, ""
+	case mt == "multipart/form-data":
+		return formatMultipart, params["boundary"]
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		return false
+		return formatJSON, ""
+	case kind == policy.ChargeKeyFormField:
+		return formatForm, ""
 	}
-	return kind == policy.ChargeKeyFormField
+	return formatJSON, ""
 }
 
 // distinctNormalized applies the key's normalisation and duplicate rule:

@@ -160,6 +160,9 @@ func TestChargeAccountVariantsShareOneBudget(t *testing.T) {
 		{"semicolon pair", "/form-login", ctForm, "a=1;b=2&username=carol&password=x", overLimit},
 		{"CAROL in a form", "/form-login", ctForm, "username=CAROL&password=x", overLimit},
 		{"JSON body on the form route", "/form-login", ctJSON, `{"username":"carol","password":"x"}`, overLimit},
+		{"multipart body on the JSON route", "/json-login", "multipart/form-data; boundary=B",
+			"--B\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\nCarol\r\n--B\r\nContent-Disposition: form-data; name=\"password\"\r\n\r\nx\r\n--B--\r\n", overLimit},
+		{"multipart body that does not parse", "/form-login", "multipart/form-data; boundary=B", "--B\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\ncarol", unreadable},
 	}
 	for _, w := range wirings {
 		for _, tt := range tests {
