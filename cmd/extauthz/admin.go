@@ -140,8 +140,10 @@ func newAdminAPI(cfg Config, d adminDeps) (*admin.API, error) {
 	}
 	// The lockout store, so that explain shows a charged limit's lockout;
 	// no metrics: explain checks and charges nothing.
+	// The served key secret, so that explain names the served keys.
 	charges := authz.WithCharges(d.limits, d.idem.charges.lockouts, nil)
-	az, err := authz.NewAuthz(d.limits, d.idem.store, d.policies, metrics, events, authz.WithInFlight(d.idem.inFlight), charges)
+	keys := authz.WithChargeKeySecret(d.idem.charges.keySecret, nil)
+	az, err := authz.NewAuthz(d.limits, d.idem.store, d.policies, metrics, events, authz.WithInFlight(d.idem.inFlight), charges, keys)
 	if err != nil {
 		return nil, err
 	}

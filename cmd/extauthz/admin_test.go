@@ -65,7 +65,8 @@ func dailyRemaining(t *testing.T, env []string, args ...string) (int64, adminSta
 func TestAdminStateTryResetThroughTheBinary(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { testAdminThroughTheBinary(t, "acme|edge|route=orders:") })
 	t.Run("redis", func(t *testing.T) {
-		testAdminThroughTheBinary(t, "xa:rl:{acme|edge|route=orders}:", "EXTAUTHZ_REDIS_URL="+redistest.Standalone(t).URL)
+		testAdminThroughTheBinary(t, "xa:rl:{acme|edge|route=orders}:", "EXTAUTHZ_REDIS_URL="+redistest.Standalone(t).URL,
+			"EXTAUTHZ_CHARGE_KEY_SECRET="+testChargeKeySecret)
 	})
 }
 

@@ -217,6 +217,13 @@ type Config struct {
 	AdminToken string `envconfig:"ADMIN_TOKEN" default:""`
 	// AdminTokenFile holds the token instead (a mounted Secret); surrounding whitespace is trimmed.
 	AdminTokenFile string `envconfig:"ADMIN_TOKEN_FILE" default:""`
+	// ChargeKeySecret is the HMAC key (at least 32 bytes) under which the
+	// accounts of charged limits are hashed into their keys; required with
+	// Redis when the policy keys a charged limit by an account, the same on
+	// every replica; empty without Redis draws one per process.
+	ChargeKeySecret string `envconfig:"CHARGE_KEY_SECRET" default:""`
+	// ChargeKeySecretFile holds the secret instead (a mounted Secret); surrounding whitespace is trimmed.
+	ChargeKeySecretFile string `envconfig:"CHARGE_KEY_SECRET_FILE" default:""`
 
 	// Tracing (tracing.go). The OpenTelemetry SDK's own variables apply
 	// beside these: OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*
@@ -354,6 +361,9 @@ func (c Config) rules() []rule {
 		{"ADMIN_TOKEN", fmt.Sprintf("empty, or at least %d bytes, and not with EXTAUTHZ_ADMIN_TOKEN_FILE", minAdminToken), redactSecret(c.AdminToken),
 			c.AdminToken == "" || (len(c.AdminToken) >= minAdminToken && c.AdminTokenFile == "")},
 		{"ADMIN_TOKEN_FILE", fmt.Sprintf("empty, or a readable file holding a token of at least %d bytes", minAdminToken), c.AdminTokenFile, c.validAdminTokenFile()},
+		{"CHARGE_KEY_SECRET", fmt.Sprintf("empty, or at least %d bytes, and not with EXTAUTHZ_CHARGE_KEY_SECRET_FILE", minChargeKeySecret), redactSecret(c.ChargeKeySecret),
+			c.ChargeKeySecret == "" || (len(c.ChargeKeySecret) >= minChargeKeySecret && c.ChargeKeySecretFile == "")},
+		{"CHARGE_KEY_SECRET_FILE", fmt.Sprintf("empty, or a readable file holding a secret of at least %d bytes", minChargeKeySecret), c.ChargeKeySecretFile, c.validChargeKeySecretFile()},
 		{"DRAIN_DELAY", "a duration of 0 (stop accepting at once) or more, e.g. 10s", c.DrainDelay, c.DrainDelay >= 0},
 		{"SHUTDOWN_TIMEOUT", "a duration above 0, e.g. 10s", c.ShutdownTimeout, c.ShutdownTimeout > 0},
 		{"RLS_CHARGE", "empty, if_admitted, always or stop_when_over_limit", c.RLSCharge, c.validRLSCharge()},

@@ -21,6 +21,9 @@ import (
 type chargeDeps struct {
 	lockouts lockout.Store
 	metrics  *authz.ChargeMetrics
+	// keySecret hashes accounts (EXTAUTHZ_CHARGE_KEY_SECRET[_FILE]); nil:
+	// one drawn per process (no Redis, or no account keys: policysrc.go).
+	keySecret []byte
 }
 
 // newCharges builds the lockout store beside the rate-limit store, and the
@@ -37,10 +40,14 @@ func newCharges(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *
 	if err != nil {
 		return chargeDeps{}, err
 	}
+	secret, err := cfg.chargeKeySecret()
+	if err != nil {
+		return chargeDeps{}, fmt.Errorf("EXTAUTHZ_CHARGE_KEY_SECRET_FILE: %w", err)
+	}
 	rb, ok := rl.(*redisBacked)
 	if !ok {
 		log.Info("lockout store", "kind", "memory")
-		return chargeDeps{lockouts: lockoutmem.New(lockoutmem.Config{MaxKeys: cfg.MemoryMaxKeys}), metrics: m}, nil
+		return chargeDeps{lockouts: lockoutmem.New(lockoutmem.Config{MaxKeys: cfg.MemoryMaxKeys}), metrics: m, keySecret: secret}, nil
 	}
 	s, err := lockoutredis.New(rb.client, lockoutredis.Options{Prefix: cfg.KeyPrefix})
 	if err != nil {
@@ -51,7 +58,7 @@ func newCharges(cfg Config, rl ratelimit.Store, reg prometheus.Registerer, log *
 		return chargeDeps{}, err
 	}
 	log.Info("lockout store", "kind", "redis", "key_prefix", cfg.KeyPrefix, "failure_mode", cfg.FailureMode)
-	return chargeDeps{lockouts: guarded, metrics: m}, nil
+	return chargeDeps{lockouts: guarded, metrics: m, keySecret: secret}, nil
 }
 
 // The failover keeps one breaker per cluster master through this.

@@ -134,7 +134,7 @@ func TestMetricsMatchREADME(t *testing.T) {
 	charged := policyHasCharges(t)
 	procs := map[string]*proc{
 		"memory": start(t, base...),
-		"redis":  start(t, append(base, "EXTAUTHZ_REDIS_URL="+srv.URL)...),
+		"redis":  start(t, append(base, "EXTAUTHZ_REDIS_URL="+srv.URL, "EXTAUTHZ_CHARGE_KEY_SECRET="+testChargeKeySecret)...),
 	}
 	for mode, p := range procs {
 		exercise(t, p)

@@ -39,7 +39,7 @@ func (p *policySource) policyNotReady() string {
 // newPolicySource builds the source cfg selects (EXTAUTHZ_POLICY_SOURCE)
 // and registers the policy metrics on reg.
 func newPolicySource(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*policySource, error) {
-	opts := policy.LoadOptions{MergeDomains: cfg.MergeDomains, DescriptorAlgorithm: cfg.descriptorAlgorithm()}
+	opts := policy.LoadOptions{MergeDomains: cfg.MergeDomains, DescriptorAlgorithm: cfg.descriptorAlgorithm(), RejectAccountKeys: cfg.accountKeysRefused()}
 	updates := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "extauthz_policy_xds_updates_total",
 		Help: "Policy versions received over xDS, by result: applied, or rejected (NACKed; the last good policy stays).",

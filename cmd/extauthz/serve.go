@@ -161,7 +161,8 @@ func newServices(cfg Config, store ratelimit.Store, policies envoy.PolicySource,
 	// answers most 409s.
 	latency := authz.WithRouteLatency(authz.NewRouteLatency(nil))
 	charges := authz.WithCharges(store, idem.charges.lockouts, idem.charges.metrics)
-	opts := append([]authz.IdempotencyOption{timeout, latency, authz.WithInFlight(idem.inFlight), charges}, extra...)
+	keys := authz.WithChargeKeySecret(idem.charges.keySecret, log)
+	opts := append([]authz.IdempotencyOption{timeout, latency, authz.WithInFlight(idem.inFlight), charges, keys}, extra...)
 	l.add(authz.NewAuthz(store, idem.store, policies, m, idem.events, opts...))
 	l.add(authz.NewExtProc(idem.store, policies, m, idem.events, opts...))
 	return l.services, l.err

@@ -22,7 +22,7 @@ func validateMain(path string, stdout, stderr io.Writer) int {
 		printConfigErrors(stderr, err)
 		return 2
 	}
-	p, err := policy.LoadWith(path, policy.LoadOptions{MergeDomains: cfg.MergeDomains, DescriptorAlgorithm: cfg.descriptorAlgorithm()})
+	p, err := policy.LoadWith(path, policy.LoadOptions{MergeDomains: cfg.MergeDomains, DescriptorAlgorithm: cfg.descriptorAlgorithm(), RejectAccountKeys: cfg.accountKeysRefused()})
 	if err != nil {
 		var probs policy.Errors
 		if errors.As(err, &probs) {

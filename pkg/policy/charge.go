@@ -4,6 +4,8 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/lockout"
 )
@@ -36,6 +38,8 @@ type Charge struct {
 	Lockout *lockout.Policy
 
 	statuses statusSet
+	keyLine  int    // where `key` is written, for a problem found after parsing
+	keyPath  string // (LoadOptions.RejectAccountKeys)
 }
 
 // Counts reports whether a response with this status counts against an
@@ -63,12 +67,100 @@ type ChargeKey struct {
 	Name string
 	// TrustedHops is client_address's xff_trusted_hops.
 	TrustedHops int
+	// IPv6Prefix is client_address's ipv6_prefix: an IPv6 address is
+	// keyed by its first IPv6Prefix bits (one /64 is one client); an
+	// IPv4 address (or an IPv4-mapped IPv6 one) by all 32.
+	IPv6Prefix int
+	// Normalize is how an account value is normalised before it is keyed
+	// (header, form_field, json_field).
+	Normalize Normalization
+	// Duplicates says which of several values of a field count
+	// (form_field, json_field).
+	Duplicates DuplicateRule
+	// ExactFieldNames matches field names as written; by default a field
+	// is matched whatever its case (Username is username), as Go and
+	// ASP.NET bind JSON.
+	ExactFieldNames bool
+	// Unreadable is what a request whose key cannot be read gets.
+	Unreadable Unreadable
 }
 
 // NeedsBody reports whether the key is read from the request body.
 func (k ChargeKey) NeedsBody() bool {
 	return k.Kind == ChargeKeyFormField || k.Kind == ChargeKeyJSONField
 }
+
+// IsAccount reports whether the key is an account named by the request
+// (a header, a form field, a JSON field), hashed into the key.
+func (k ChargeKey) IsAccount() bool {
+	return k.Kind == ChargeKeyHeader || k.NeedsBody()
+}
+
+// DefaultIPv6Prefix is client_address's default ipv6_prefix: a /64 is
+// what one subscriber or host is given.
+const DefaultIPv6Prefix = 64
+
+// Normalization lists the steps applied to an account value, always in
+// this order: NFKC, then Trim, then CaseFold (then NFKC again, which a
+// fold can undo).
+type Normalization struct {
+	NFKC     bool // Unicode NFKC: fullwidth "ｃａｒｏｌ" is "carol"
+	Trim     bool // leading and trailing white space dropped
+	CaseFold bool // Unicode case folding: "Carol" is "carol"
+}
+
+// DefaultNormalization fits e-mail addresses and user names: every step.
+var DefaultNormalization = Normalization{NFKC: true, Trim: true, CaseFold: true}
+
+// DuplicateRule says which values count when a field appears more than
+// once (or in more than one case).
+type DuplicateRule string
+
+// The duplicate rules.
+const (
+	// DuplicatesAll checks and charges every distinct value, so that
+	// whichever one the upstream reads is limited (the default).
+	DuplicatesAll DuplicateRule = "all"
+	// DuplicatesFirst takes the first value, as Flask does.
+	DuplicatesFirst DuplicateRule = "first"
+	// DuplicatesLast takes the last value, as PHP and Django do.
+	DuplicatesLast DuplicateRule = "last"
+)
+
+// UnreadableAction is what a request gets whose key cannot be read.
+type UnreadableAction string
+
+// The unreadable actions.
+const (
+	// UnreadableRefuse answers the request with Unreadable.Status (the
+	// default of account keys).
+	UnreadableRefuse UnreadableAction = "refuse"
+	// UnreadableShared charges one key shared by every request of the
+	// limit whose key cannot be read (the default of client_address).
+	UnreadableShared UnreadableAction = "shared"
+	// UnreadableFallback charges Unreadable.Fallback's key instead.
+	UnreadableFallback UnreadableAction = "fallback"
+)
+
+// Unreadable is a key's answer to a request that does not name it (no
+// such header or field, a body too large, cut or not parsable, no client
+// address): never "not limited".
+type Unreadable struct {
+	Action UnreadableAction
+	// Status is the refusal's status (400 by default; any 4xx).
+	Status int
+	// Fallback is the key charged instead: caller or client_address.
+	Fallback *ChargeKey
+}
+
+// DefaultUnreadableStatus is the status of a request refused because its
+// account cannot be read.
+const DefaultUnreadableStatus = 400
+
+// MaxKeyValues bounds the distinct values of one key a request may name
+// (duplicates: all): more is unreadable, so that a body cannot make one
+// request cost hundreds of store calls.
+const MaxKeyValues = 4
 
 // ValueSource is where a number is read: one of a response (or request)
 // header, a response trailer, or a JSON field of the body, with a default
@@ -107,6 +199,7 @@ func (d *decoder) charge(f field) *Charge {
 			c.Reserve = d.valueSource(kv, false)
 		case "key":
 			c.Key = d.chargeKey(kv)
+			c.keyLine, c.keyPath = kv.line, kv.path
 		case "lockout":
 			c.Lockout = d.lockout(kv)
 		default:
@@ -182,21 +275,45 @@ func (d *decoder) jsonPath(f field) string {
 	return p
 }
 
-// chargeKey reads `key`: a mapping with exactly one source.
+// chargeKey reads `key`: a mapping with exactly one source and the
+// options of that source.
 func (d *decoder) chargeKey(f field) ChargeKey {
 	k := ChargeKey{Kind: ChargeKeyCaller}
-	fs := d.fields(f.node, f.path)
-	if len(fs) != 1 {
+	var source *field
+	var options []field
+	for _, kv := range d.fields(f.node, f.path) {
+		switch {
+		case keyOptions[kv.key]:
+			options = append(options, kv)
+		case source != nil:
+			d.problem(kv.line, kv.path, "a key has one source, already %s", source.key)
+		default:
+			source = &kv
+		}
+	}
+	if source == nil {
 		d.problem(f.line, f.path, "a key is one of caller, client_address, header, form_field, json_field")
 		return k
 	}
-	kv := fs[0]
+	d.keySource(*source, &k)
+	k.setDefaults()
+	for _, kv := range options {
+		d.keyOption(kv, &k)
+	}
+	return k
+}
+
+// keyOptions are the fields of `key` beside its source.
+var keyOptions = map[string]bool{"normalize": true, "duplicates": true, "field_names": true, "unreadable": true}
+
+// keySource reads the source field of `key`.
+func (d *decoder) keySource(kv field, k *ChargeKey) {
 	k.Kind = ChargeKeyKind(kv.key)
 	switch k.Kind {
 	case ChargeKeyCaller:
 		d.noFields(kv)
 	case ChargeKeyClientAddress:
-		k.TrustedHops = d.trustedHops(kv)
+		k.TrustedHops, k.IPv6Prefix = d.chargeAddress(kv)
 	case ChargeKeyHeader:
 		k.Name = d.headerName(kv)
 	case ChargeKeyFormField:
@@ -209,7 +326,130 @@ func (d *decoder) chargeKey(f field) ChargeKey {
 		k.Kind = ChargeKeyCaller
 		d.problem(kv.line, kv.path, "unknown key source (want caller, client_address, header, form_field or json_field)")
 	}
-	return k
+}
+
+// setDefaults gives a key of its kind the safe defaults: an account is
+// normalised, every duplicate counts, and a request that does not name
+// it is refused; an unknown address shares one key.
+func (k *ChargeKey) setDefaults() {
+	switch {
+	case k.IsAccount():
+		k.Normalize = DefaultNormalization
+		k.Duplicates = DuplicatesAll
+		k.Unreadable = Unreadable{Action: UnreadableRefuse, Status: DefaultUnreadableStatus}
+	case k.Kind == ChargeKeyClientAddress:
+		k.Unreadable = Unreadable{Action: UnreadableShared}
+	}
+}
+
+// keyOption reads one option of `key`, checking it applies to the source.
+func (d *decoder) keyOption(kv field, k *ChargeKey) {
+	switch kv.key {
+	case "normalize":
+		if d.keyOptionFor(kv, k.IsAccount(), "an account key (header, form_field, json_field)") {
+			k.Normalize = d.normalization(kv)
+		}
+	case "duplicates":
+		if d.keyOptionFor(kv, k.NeedsBody(), "a body field (form_field, json_field)") {
+			k.Duplicates = d.duplicates(kv)
+		}
+	case "field_names":
+		if d.keyOptionFor(kv, k.NeedsBody(), "a body field (form_field, json_field)") {
+			k.ExactFieldNames = d.fieldNames(kv)
+		}
+	case "unreadable":
+		if d.keyOptionFor(kv, k.Kind != ChargeKeyCaller, "a key that can be unreadable (not caller)") {
+			k.Unreadable = d.unreadable(kv, *k)
+		}
+	}
+}
+
+func (d *decoder) keyOptionFor(kv field, ok bool, what string) bool {
+	if !ok {
+		d.problem(kv.line, kv.path, "applies to %s only", what)
+	}
+	return ok
+}
+
+// normalization reads `normalize: [nfkc, trim, casefold]` (any subset;
+// [] for none).
+func (d *decoder) normalization(f field) Normalization {
+	var n Normalization
+	for _, item := range d.items(f) {
+		switch d.str(item) {
+		case "nfkc":
+			n.NFKC = true
+		case "trim":
+			n.Trim = true
+		case "casefold":
+			n.CaseFold = true
+		default:
+			d.problem(item.line, item.path, "want nfkc, trim or casefold, got %s", describe(item.node))
+		}
+	}
+	return n
+}
+
+func (d *decoder) duplicates(f field) DuplicateRule {
+	switch r := DuplicateRule(d.str(f)); r {
+	case DuplicatesAll, DuplicatesFirst, DuplicatesLast:
+		return r
+	}
+	d.problem(f.line, f.path, "want all, first or last, got %s", describe(f.node))
+	return DuplicatesAll
+}
+
+func (d *decoder) fieldNames(f field) bool {
+	switch d.str(f) {
+	case "any_case":
+		return false
+	case "exact":
+		return true
+	}
+	d.problem(f.line, f.path, "want any_case or exact, got %s", describe(f.node))
+	return false
+}
+
+// unreadable reads `unreadable`: refuse, shared, caller, {refuse: <4xx>}
+// or {client_address: {...}} (an account key's fallback).
+func (d *decoder) unreadable(f field, k ChargeKey) Unreadable {
+	const want = "want refuse, {refuse: <4xx status>}, shared, caller or {client_address: {...}}"
+	u := Unreadable{Action: UnreadableRefuse, Status: DefaultUnreadableStatus}
+	if f.node.Kind == yaml.ScalarNode {
+		switch d.str(f) {
+		case "refuse":
+			return u
+		case "shared":
+			return Unreadable{Action: UnreadableShared}
+		case "caller":
+			return Unreadable{Action: UnreadableFallback, Fallback: &ChargeKey{Kind: ChargeKeyCaller}}
+		}
+		d.problem(f.line, f.path, "%s, got %s", want, describe(f.node))
+		return u
+	}
+	fs := d.fields(f.node, f.path)
+	if len(fs) != 1 {
+		d.problem(f.line, f.path, "%s", want)
+		return u
+	}
+	kv := fs[0]
+	switch kv.key {
+	case "refuse":
+		if u.Status = int(d.integer(kv)); u.Status < 400 || u.Status > 499 {
+			d.problem(kv.line, kv.path, "want a 4xx status such as 400 or 429, got %s", describe(kv.node))
+		}
+	case "client_address":
+		if k.Kind == ChargeKeyClientAddress {
+			d.problem(kv.line, kv.path, "an address key cannot fall back to an address (want refuse, shared or caller)")
+			return u
+		}
+		fb := &ChargeKey{Kind: ChargeKeyClientAddress}
+		fb.TrustedHops, fb.IPv6Prefix = d.chargeAddress(kv)
+		return Unreadable{Action: UnreadableFallback, Fallback: fb}
+	default:
+		d.problem(kv.line, kv.path, "%s", want)
+	}
+	return u
 }
 
 // noFields accepts only an empty mapping (or null).
@@ -219,22 +459,31 @@ func (d *decoder) noFields(f field) {
 	}
 }
 
-// trustedHops reads `{xff_trusted_hops: N}` (or null: 0).
-func (d *decoder) trustedHops(f field) int {
-	hops := 0
+// chargeAddress reads `{xff_trusted_hops: N, ipv6_prefix: P}` (or null:
+// 0 hops, a /64).
+func (d *decoder) chargeAddress(f field) (hops, v6prefix int) {
+	v6prefix = DefaultIPv6Prefix
 	for _, kv := range d.fields(f.node, f.path) {
-		if kv.key != "xff_trusted_hops" {
+		switch kv.key {
+		case "xff_trusted_hops":
+			n := d.integer(kv)
+			if n < 0 || n > 64 {
+				d.problem(kv.line, kv.path, "want 0 to 64, got %d", n)
+				continue
+			}
+			hops = int(n)
+		case "ipv6_prefix":
+			n := d.integer(kv)
+			if n < 1 || n > 128 {
+				d.problem(kv.line, kv.path, "want a prefix length from 1 to 128 (64: one subscriber), got %d", n)
+				continue
+			}
+			v6prefix = int(n)
+		default:
 			d.unknown(kv)
-			continue
 		}
-		n := d.integer(kv)
-		if n < 0 || n > 64 {
-			d.problem(kv.line, kv.path, "want 0 to 64, got %d", n)
-			continue
-		}
-		hops = int(n)
 	}
-	return hops
+	return hops, v6prefix
 }
 
 // lockout reads `{initial, factor, max, forget}`.
@@ -311,4 +560,27 @@ func splitCharged(specs []limitSpec) (counted []ratelimit.Limit, charged []*Char
 		counted = append(counted, s.limit)
 	}
 	return counted, charged
+}
+
+// accountKeyProblems reports each charged limit of h keyed by an account
+// (header, form_field, json_field), its own and its tiers', with reason.
+func accountKeyProblems(h *HTTP, file, reason string) Errors {
+	if h == nil {
+		return nil
+	}
+	var probs Errors
+	for _, r := range h.Routes {
+		all := r.Charged
+		if r.Tiers != nil {
+			for _, name := range sortedKeys(r.Tiers.Charged) {
+				all = append(all[:len(all):len(all)], r.Tiers.Charged[name]...)
+			}
+		}
+		for _, c := range all {
+			if c.Charge.Key.IsAccount() {
+				probs = append(probs, &Problem{File: file, Line: c.Charge.keyLine, Field: c.Charge.keyPath, Message: reason})
+			}
+		}
+	}
+	return probs
 }

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +59,7 @@ func TestChargedLimitsParse(t *testing.T) {
 	if addr.Limit != wantLimit {
 		t.Errorf("limit %+v, want %+v", addr.Limit, wantLimit)
 	}
-	if addr.Charge.Key != (ChargeKey{Kind: ChargeKeyClientAddress}) {
+	if k := addr.Charge.Key; k.Kind != ChargeKeyClientAddress || k.TrustedHops != 0 || k.IPv6Prefix != DefaultIPv6Prefix {
 		t.Errorf("key %+v, want client_address", addr.Charge.Key)
 	}
 	if l := addr.Charge.Lockout; l == nil || *l != (lockout.Policy{Initial: time.Minute, Factor: 2, Max: time.Hour}) {
@@ -69,7 +71,7 @@ func TestChargedLimitsParse(t *testing.T) {
 		}
 	}
 	acct := login.Charged[1].Charge
-	if acct.Key != (ChargeKey{Kind: ChargeKeyJSONField, Name: "username"}) || !acct.Key.NeedsBody() || !acct.Counts(429) || acct.Lockout != nil {
+	if k := acct.Key; k.Kind != ChargeKeyJSONField || k.Name != "username" || !k.NeedsBody() || !acct.Counts(429) || acct.Lockout != nil {
 		t.Errorf("account charge %+v", acct)
 	}
 	tok := chat.Charged[0].Charge
@@ -143,7 +145,21 @@ func TestChargeValidation(t *testing.T) {
 		{"bad json path", lim + "{cost: {json_field: usage..tokens}}}", "rate_limits[0].charge.cost.json_field", "dot-separated path"},
 		{"bad header", lim + "{cost: {header: 'a b'}}}", "rate_limits[0].charge.cost.header", "not a valid header name"},
 		{"unknown key source", lim + "{on_status: [401], key: {cookie: x}}}", "rate_limits[0].charge.key.cookie", "unknown key source"},
-		{"two key sources", lim + "{on_status: [401], key: {header: a, form_field: b}}}", "rate_limits[0].charge.key", "one of caller"},
+		{"two key sources", lim + "{on_status: [401], key: {header: a, form_field: b}}}", "rate_limits[0].charge.key.form_field", "one source, already header"},
+		{"no key source", lim + "{on_status: [401], key: {normalize: [trim]}}}", "rate_limits[0].charge.key", "one of caller"},
+		{"bad ipv6 prefix", lim + "{on_status: [401], key: {client_address: {ipv6_prefix: 129}}}}", "key.client_address.ipv6_prefix", "from 1 to 128"},
+		{"unknown address field", lim + "{on_status: [401], key: {client_address: {ipv4_prefix: 24}}}}", "key.client_address.ipv4_prefix", "unknown field"},
+		{"bad normalize step", lim + "{on_status: [401], key: {json_field: u, normalize: [lower]}}}", "key.normalize[0]", "nfkc, trim or casefold"},
+		{"normalize an address", lim + "{on_status: [401], key: {client_address: {}, normalize: [trim]}}}", "key.normalize", "account key"},
+		{"bad duplicates", lim + "{on_status: [401], key: {form_field: u, duplicates: any}}}", "key.duplicates", "all, first or last"},
+		{"duplicates of a header", lim + "{on_status: [401], key: {header: x-user, duplicates: first}}}", "key.duplicates", "body field"},
+		{"bad field_names", lim + "{on_status: [401], key: {json_field: u, field_names: lower}}}", "key.field_names", "any_case or exact"},
+		{"unreadable of caller", lim + "{on_status: [401], key: {caller: {}, unreadable: refuse}}}", "key.unreadable", "not caller"},
+		{"bad unreadable", lim + "{on_status: [401], key: {json_field: u, unreadable: ignore}}}", "key.unreadable", "want refuse"},
+		{"unreadable refuse 200", lim + "{on_status: [401], key: {json_field: u, unreadable: {refuse: 200}}}}", "key.unreadable.refuse", "4xx status"},
+		{"unreadable header fallback", lim + "{on_status: [401], key: {json_field: u, unreadable: {header: x}}}}", "key.unreadable.header", "want refuse"},
+		{"address falls back to address", lim + "{on_status: [401], key: {client_address: {}, unreadable: {client_address: {}}}}}", "key.unreadable.client_address", "cannot fall back to an address"},
+		{"bad fallback hops", lim + "{on_status: [401], key: {json_field: u, unreadable: {client_address: {xff_trusted_hops: 99}}}}}", "key.unreadable.client_address.xff_trusted_hops", "0 to 64"},
 		{"bad hops", lim + "{on_status: [401], key: {client_address: {xff_trusted_hops: -1}}}}", "key.client_address.xff_trusted_hops", "0 to 64"},
 		{"empty form field", lim + "{on_status: [401], key: {form_field: ''}}}", "key.form_field", "must name a form field"},
 		{"lockout without initial", lim + "{on_status: [401], lockout: {max: 1h}}}", "rate_limits[0].charge.lockout.initial", "is required"},
@@ -183,5 +199,97 @@ http:
 `).HTTP.Routes[0]
 	if len(r.Limits) != 1 || len(r.Charged) != 1 {
 		t.Errorf("limits %+v charged %+v", r.Limits, r.Charged)
+	}
+}
+
+// TestChargeKeyDefaults: an account key is normalised, counts every
+// duplicate whatever a field name's case, and refuses a request that does
+// not name it (400); an address key keys a /64 and shares one key among
+// requests without an address; each option overrides its default.
+func TestChargeKeyDefaults(t *testing.T) {
+	t.Parallel()
+	r := mustLoad(t, "p.yaml", `
+http:
+  routes:
+    - name: r
+      path_prefix: /
+      rate_limits:
+        - {name: a, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {json_field: user.name}}}
+        - {name: b, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {client_address: {}}}}
+        - name: c
+          requests_per_unit: 5
+          unit: minute
+          charge:
+            on_status: [401]
+            key:
+              form_field: username
+              normalize: [trim]
+              duplicates: last
+              field_names: exact
+              unreadable: {client_address: {xff_trusted_hops: 1, ipv6_prefix: 56}}
+        - {name: d, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {header: x-user, normalize: [], unreadable: {refuse: 429}}}}
+        - {name: e, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {client_address: {ipv6_prefix: 128}, unreadable: refuse}}}
+        - {name: f, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {json_field: u, unreadable: caller}}}
+        - {name: g, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {json_field: u, unreadable: shared}}}
+        - {name: h, requests_per_unit: 5, unit: minute, charge: {on_status: [401]}}
+`).HTTP.Routes[0]
+	keys := map[string]ChargeKey{}
+	for _, c := range r.Charged {
+		keys[c.Limit.Name] = c.Charge.Key
+	}
+	refuse400 := Unreadable{Action: UnreadableRefuse, Status: 400}
+	want := map[string]ChargeKey{
+		"a": {Kind: ChargeKeyJSONField, Name: "user.name", Normalize: DefaultNormalization, Duplicates: DuplicatesAll, Unreadable: refuse400},
+		"b": {Kind: ChargeKeyClientAddress, IPv6Prefix: 64, Unreadable: Unreadable{Action: UnreadableShared}},
+		"c": {Kind: ChargeKeyFormField, Name: "username", Normalize: Normalization{Trim: true}, Duplicates: DuplicatesLast, ExactFieldNames: true,
+			Unreadable: Unreadable{Action: UnreadableFallback, Fallback: &ChargeKey{Kind: ChargeKeyClientAddress, TrustedHops: 1, IPv6Prefix: 56}}},
+		"d": {Kind: ChargeKeyHeader, Name: "x-user", Duplicates: DuplicatesAll, Unreadable: Unreadable{Action: UnreadableRefuse, Status: 429}},
+		"e": {Kind: ChargeKeyClientAddress, IPv6Prefix: 128, Unreadable: refuse400},
+		"f": {Kind: ChargeKeyJSONField, Name: "u", Normalize: DefaultNormalization, Duplicates: DuplicatesAll,
+			Unreadable: Unreadable{Action: UnreadableFallback, Fallback: &ChargeKey{Kind: ChargeKeyCaller}}},
+		"g": {Kind: ChargeKeyJSONField, Name: "u", Normalize: DefaultNormalization, Duplicates: DuplicatesAll, Unreadable: Unreadable{Action: UnreadableShared}},
+		"h": {Kind: ChargeKeyCaller},
+	}
+	for name, w := range want {
+		if got := keys[name]; !reflect.DeepEqual(got, w) {
+			t.Errorf("limit %s key\n got %+v\nwant %+v", name, got, w)
+		}
+	}
+}
+
+// TestRejectAccountKeys: with RejectAccountKeys (a shared store and no key
+// secret) each account-keyed charged limit, a route's or a tier's, is a
+// problem naming its file, line and field; caller and address keys load.
+func TestRejectAccountKeys(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, t.TempDir(), "login.yaml", `
+http:
+  tiers:
+    plans:
+      attribute: {header: x-plan}
+      default: free
+      limits:
+        free: [{name: t, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {header: x-user}}}]
+  routes:
+    - name: login
+      path_prefix: /login
+      rate_limits:
+        - {name: a, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {client_address: {}}}}
+        - {name: b, requests_per_unit: 5, unit: minute, charge: {on_status: [401], key: {json_field: username}}}
+        - {name: c, requests_per_unit: 5, unit: minute, charge: {on_status: [401]}}
+    - {name: tiered, path_prefix: /t, tier_limits: plans}
+`)
+	_, err := LoadWith(path, LoadOptions{RejectAccountKeys: "set the secret"})
+	var probs Errors
+	if !errors.As(err, &probs) || len(probs) != 2 {
+		t.Fatalf("error %v, want two problems", err)
+	}
+	for i, field := range []string{"http.routes[0].rate_limits[1].charge.key", "http.tiers.plans.limits.free[0].charge.key"} {
+		if msg := probs[i].Error(); !strings.Contains(msg, "login.yaml:") || !strings.Contains(msg, field) || !strings.Contains(msg, "set the secret") || probs[i].Line == 0 {
+			t.Errorf("problem %q, want file, line, %s and the reason", msg, field)
+		}
+	}
+	if _, err := LoadWith(path, LoadOptions{}); err != nil {
+		t.Errorf("without the option: %v", err)
 	}
 }

@@ -44,6 +44,11 @@ type LoadOptions struct {
 	// limits over xDS) it is fixed_window. An HTTP route's limits keep
 	// gcra: that format is ours alone.
 	DescriptorAlgorithm ratelimit.Algorithm
+	// RejectAccountKeys, when set, makes every charged limit keyed by an
+	// account (a header, form_field or json_field key) a problem with
+	// this message: the server cannot key accounts safely (a shared
+	// store without a key secret).
+	RejectAccountKeys string
 }
 
 // LoadWith is Load with options.
@@ -166,6 +171,9 @@ func loadFiles(files []fileData, opts LoadOptions) (*Policy, error) {
 	}
 	for _, name := range sortedKeys(builders) {
 		probs = append(probs, builders[name].check(name)...)
+	}
+	if opts.RejectAccountKeys != "" {
+		probs = append(probs, accountKeyProblems(p.HTTP, httpFile, opts.RejectAccountKeys)...)
 	}
 	if err := probs.err(); err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ var chargeScenarios = []scenario{
 	{"login_failures_per_address", testLoginFailuresPerAddress},
 	{"login_successes_never_count", testLoginSuccessesNeverCount},
 	{"login_failures_per_account", testLoginFailuresPerAccount},
+	{"login_account_variants", testLoginAccountVariants},
 	{"login_lockout_grows", testLoginLockoutGrows},
 	{"tokens_json_body", testTokensJSON},
 	{"tokens_header", testTokensHeader},

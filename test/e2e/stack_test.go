@@ -165,6 +165,9 @@ func (s *stack) startReplica(i int, grpcAddr string) *replica {
 		"EXTAUTHZ_REPLAY_ADDR=" + r.replayAddr,
 		"EXTAUTHZ_CONFIG=" + s.opts.policy,
 		"EXTAUTHZ_REDIS_URL=" + s.redis.URL,
+		// The same on every replica: the policy's login route keys failed
+		// logins by account, hashed under it.
+		"EXTAUTHZ_CHARGE_KEY_SECRET=e2e-charge-key-secret-32-bytes-long!",
 		"EXTAUTHZ_LOG_LEVEL=debug",
 		"EXTAUTHZ_SHUTDOWN_TIMEOUT=2s",
 		// Tests that do not restart replicas need no drain; the rolling

@@ -35,6 +35,7 @@ type charger struct {
 	lockouts lockout.Store   // nil: a limit with a lockout cannot be served
 	metrics  *ChargeMetrics
 	timeout  time.Duration
+	keys     *chargeKeys // hashes and reads the keys
 }
 
 // check is the request path: a locked-out key is refused (429
@@ -268,11 +269,12 @@ func (s *Authz) checkCharges(ctx context.Context, route *policy.Route, r checkRe
 	if exempt {
 		return &p, nil, nil
 	}
-	body := r.body
-	if r.partialBody {
-		body = nil // a cut body could name another account
+	// A cut body could name another account: it is unreadable.
+	p, refused := s.charges.plan(limitScope(r.tenant, caller), route, caller, keyBody{data: r.body, cut: r.partialBody})
+	if refused != nil {
+		s.metrics.Decision(envoy.APIExtAuthz, envoy.HTTPDomain, envoy.OutcomeRejected)
+		return nil, deniedResponse(refusedCode(refused), refused), nil
 	}
-	p = planCharges(limitScope(r.tenant, caller), route, caller, body)
 	over, err := s.charges.check(ctx, p, route.HeaderStyle)
 	switch {
 	case err != nil:

@@ -53,7 +53,7 @@ func BenchmarkChargeResponse(b *testing.B) {
 			plans := make([]chargePlan, 1024)
 			for i := range plans {
 				in := callerInput{headers: headerList{{Name: "x-tenant-id", Value: "t" + strconv.Itoa(i)}}, address: "10.0.0." + strconv.Itoa(i%250) + ":1"}
-				plans[i] = planCharges(limitScope(callerScope(h.Identity, in), in), r, in, []byte(`{"username":"u`+strconv.Itoa(i)+`"}`))
+				plans[i], _ = ep.charges.plan(limitScope(callerScope(h.Identity, in), in), r, in, keyBody{data: []byte(`{"username":"u` + strconv.Itoa(i) + `"}`)})
 			}
 			headers := respHeaders(respAttrs(viaUpstream, 0), c.body == nil, append([]string{":status", c.status}, c.kv...)...)
 			var body *extprocv3.ProcessingRequest

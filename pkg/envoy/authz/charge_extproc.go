@@ -99,7 +99,10 @@ func (st *procStream) chargeRequestBody(b []byte, whole bool) (*reply, error) {
 // checkCharges runs the request path of w's charged limits here.
 func (st *procStream) checkCharges(w *chargeWait) (*reply, error) {
 	st.chargeWait = nil
-	p := planCharges(w.scope, w.route, w.caller, w.body)
+	p, refused := st.s.charges.plan(w.scope, w.route, w.caller, keyBody{data: w.body, cut: w.over})
+	if refused != nil {
+		return refused, nil
+	}
 	r, err := st.s.charges.check(st.ctx, p, w.route.HeaderStyle)
 	if r == nil && err == nil {
 		st.startCharges(p)

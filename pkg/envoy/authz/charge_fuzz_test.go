@@ -2,6 +2,10 @@ package authz
 
 import (
 	"context"
+	"encoding/json"
+	"net/url"
+	"slices"
+	"strings"
 	"testing"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -23,6 +27,9 @@ func FuzzChargeServers(f *testing.F) {
 	f.Add("/login", []byte(`{"username":"a"}`), "401", "1", "application/json", []byte(`{"usage":{"total_tokens":3}}`), 3)
 	f.Add("/v1/chat", []byte("username=a"), "200", "-5", "text/event-stream", []byte("data: {\"usage\":{\"total_tokens\":1e30}}\n\n"), 1)
 	f.Add("/h", []byte{0xff}, "abc", "9999999999999999999", "text/event-stream;x", []byte("\r\n\r\ndata:\n\n"), 0)
+	f.Add("/login", []byte(`{"username":"a","Username":"b","USERNAME":"c","UserName":"d","userName":"e"}`), "401", "", "application/json", []byte(nil), 1)
+	f.Add("/form-login", []byte("username=a&x=%zz;y&Username=%ef%bc%a1"), "401", "", "application/x-www-form-urlencoded; charset=utf-8", []byte(nil), 1)
+	f.Add("/form-login", []byte(`{"username":"a"}`), "401", "", "application/json", []byte(nil), 1)
 	p := envoytest.WritePolicy(f, chargePolicy)
 	reg := prometheus.NewRegistry()
 	m, _ := envoy.NewMetrics(reg)
@@ -66,5 +73,54 @@ func FuzzChargeServers(f *testing.F) {
 			}
 		}
 		st.finish()
+	})
+}
+
+// FuzzChargeKeyParsers: whatever a body holds, reading an account from it
+// never panics, and every value a standard parser binds is among the
+// values read: Go's encoding/json (last duplicate wins, exact name) and
+// net/url's form parser (each value, when the whole form parses).
+func FuzzChargeKeyParsers(f *testing.F) {
+	for _, seed := range []string{
+		`{"username":"carol"}`, `{"username":"a","username":"b"}`, `{"Username":"carol"}`, `{"user":{"name":"x"}}`,
+		`{"username":"carol","pad":"` + "\\u0000" + `"}`, `[1,{"username":"x"}]`, `{"username":1e400}`, `{"\u0075sername":"x"}`,
+		"username=carol&x=%zz", "a=1;b=2&username=carol", "username=a&username=b", "%75sername=%ZZ+%41", "username=%", "&&=&username",
+		"\xff\xfe{", strings.Repeat("[", 300),
+		"--B\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\ncarol\r\n--B--\r\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, key := range []policy.ChargeKey{
+			{Kind: policy.ChargeKeyJSONField, Name: "username", Normalize: policy.DefaultNormalization, Duplicates: policy.DuplicatesAll},
+			{Kind: policy.ChargeKeyFormField, Name: "username", Normalize: policy.DefaultNormalization, Duplicates: policy.DuplicatesLast, ExactFieldNames: true},
+		} {
+			for _, ct := range []string{ctJSON, ctForm, "", "text/plain; charset=\x00", "multipart/form-data; boundary=B"} {
+				in := callerInput{headers: headerList{{Name: "content-type", Value: ct}}}
+				raw, _ := accountValues(key, in, keyBody{data: body})
+				for _, v := range distinctNormalized(raw, key) {
+					if v == "" {
+						t.Fatalf("an empty value became a key (%q as %q)", body, ct)
+					}
+				}
+			}
+		}
+		var doc map[string]any
+		if json.Unmarshal(body, &doc) == nil {
+			if want, ok := doc["username"].(string); ok {
+				got, err := jsonValues(body, []string{"username"}, false)
+				if err != nil || !slices.Contains(got, want) {
+					t.Errorf("encoding/json binds username %q; jsonValues read %q, %v", want, got, err)
+				}
+			}
+		}
+		if q, err := url.ParseQuery(string(body)); err == nil {
+			got := formValues(body, fieldMatcher{name: "username", exact: true})
+			for _, want := range q["username"] {
+				if !slices.Contains(got, want) {
+					t.Errorf("net/url binds username %q; formValues read %q", want, got)
+				}
+			}
+		}
 	})
 }

@@ -94,8 +94,8 @@ func startCharge(t *testing.T, yaml string) *chargeEnv {
 	return startChargeOn(t, yaml, clock, envoytest.NewTestStore(t, clock.Now), lo)
 }
 
-// startChargeOn serves yaml over the given stores.
-func startChargeOn(t *testing.T, yaml string, clock *testclock.Clock, limits ratelimit.Store, lo lockout.Store) *chargeEnv {
+// startChargeOn serves yaml over the given stores, with extra options.
+func startChargeOn(t *testing.T, yaml string, clock *testclock.Clock, limits ratelimit.Store, lo lockout.Store, extra ...IdempotencyOption) *chargeEnv {
 	t.Helper()
 	e := &chargeEnv{clock: clock, reg: prometheus.NewRegistry()}
 	p := envoytest.WritePolicy(t, yaml)
@@ -112,7 +112,7 @@ func startChargeOn(t *testing.T, yaml string, clock *testclock.Clock, limits rat
 		t.Fatal(err)
 	}
 	idem := memstore.New(memstore.Config{Now: clock.Now})
-	opts := []IdempotencyOption{WithCharges(limits, lo, e.metrics), WithStoreTimeout(5_000_000_000)}
+	opts := append([]IdempotencyOption{WithCharges(limits, lo, e.metrics), WithStoreTimeout(5_000_000_000)}, extra...)
 	az, err := NewAuthz(limits, idem, src, m, events, opts...)
 	if err != nil {
 		t.Fatal(err)

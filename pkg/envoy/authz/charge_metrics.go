@@ -52,13 +52,14 @@ const (
 //	extauthz_charged_cost_total{route,limit}              summed hits charged (reservations included)
 //	extauthz_charge_refunded_total{route,limit}           summed hits refunded (reservations not used)
 //	extauthz_lockouts_total{route,limit,event}            lockout trips, refusals while locked, store errors
+//	extauthz_charge_keys_unreadable_total{route,limit,reason}  requests whose key could not be read
 //
 // route and limit are the policy's names, so the series are bounded by it;
 // each charged limit's series exist at 0 once its policy is seen.
 // Several servers may share one registry: the constructor reuses
 // collectors already registered there.
 type ChargeMetrics struct {
-	checks, charges, cost, refunded, lockouts *prometheus.CounterVec
+	checks, charges, cost, refunded, lockouts, unreadable *prometheus.CounterVec
 
 	mu     sync.Mutex
 	synced atomic.Pointer[policy.HTTP] // the HTTP policy whose limits have series
@@ -80,6 +81,7 @@ func NewChargeMetrics(reg prometheus.Registerer) (*ChargeMetrics, error) {
 		{&m.cost, "extauthz_charged_cost_total", "Hits charged to charged limits (costs, reservations, counted outcomes) by route and limit.", nil},
 		{&m.refunded, "extauthz_charge_refunded_total", "Hits refunded to charged limits (a reservation above the real cost, an outcome's hit its status did not count, a request that did not run) by route and limit.", nil},
 		{&m.lockouts, "extauthz_lockouts_total", "Lockout events of charged limits by route, limit and event (trip, refused, error).", []string{"event"}},
+		{&m.unreadable, "extauthz_charge_keys_unreadable_total", "Requests whose charged limit's key could not be read, by route, limit and reason (missing, too_large, unparsable, too_many_values, no_address); each got the key's unreadable choice.", []string{"reason"}},
 	} {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: c.name, Help: c.help}, append([]string{"route", "limit"}, c.labels...))
 		var err error
@@ -131,12 +133,28 @@ func (m *ChargeMetrics) precreate(route string, c *policy.ChargedLimit) {
 		m.charges.WithLabelValues(route, name, kind, r)
 	}
 	m.cost.WithLabelValues(route, name)
+	for _, reason := range unreadableReasons(c.Charge.Key) {
+		m.unreadable.WithLabelValues(route, name, reason)
+	}
 	if c.Charge.Lockout != nil {
 		m.checks.WithLabelValues(route, name, ChargeCheckLocked)
 		for _, e := range []string{LockoutTrip, LockoutRefused, LockoutError} {
 			m.lockouts.WithLabelValues(route, name, e)
 		}
 	}
+}
+
+// unreadableReasons are the reasons a key of its kind may be unreadable.
+func unreadableReasons(k policy.ChargeKey) []string {
+	switch {
+	case k.Kind == policy.ChargeKeyClientAddress:
+		return []string{KeyNoAddress}
+	case k.NeedsBody():
+		return []string{KeyMissing, KeyTooLarge, KeyUnparsable, KeyTooManyValues}
+	case k.IsAccount():
+		return []string{KeyMissing}
+	}
+	return nil
 }
 
 // allCharged lists a route's charged limits, its own and its tiers'.
@@ -169,6 +187,10 @@ func (m *ChargeMetrics) charged(route, limit, kind, result string, hits int64) {
 // charged, though its charge event is its status's.
 func (m *ChargeMetrics) reservedHits(route, limit string, hits int64) {
 	m.cost.WithLabelValues(route, limit).Add(float64(hits))
+}
+
+func (m *ChargeMetrics) keyUnreadable(route, limit, reason string) {
+	m.unreadable.WithLabelValues(route, limit, reason).Inc()
 }
 
 func (m *ChargeMetrics) lockout(route, limit, event string) {

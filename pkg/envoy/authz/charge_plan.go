@@ -1,15 +1,11 @@
 package authz
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
 	"github.com/extauthz/extauthz/pkg/policy"
-	"github.com/extauthz/extauthz/pkg/ratelimit"
 )
 
 // MetadataCharge is the field of envoy.ExtAuthzNamespace under which
@@ -50,81 +46,34 @@ type chargePlan struct {
 	entries     []chargeEntry
 }
 
-// planCharges resolves the charged limits of route for a caller: each whose
-// key the request names, with what its check reserves: a cost limit's
+// plan resolves the charged limits of route for a caller: each under
+// its keys (charger.keysOf), with what its check reserves: a cost limit's
 // reservation, at least 1, an outcome limit's one hit (refunded when the
 // status does not count), so that the check and the charge are one store
-// step. scope is the caller's (limitScope); body is the request body as
-// far as read (nil when none).
-func planCharges(scope string, route *policy.Route, in callerInput, body []byte) chargePlan {
+// step. scope is the caller's
+// (limitScope); body is the request body as far as read. refused, when
+// set, ends the request: a key that could not be read is refused by the
+// policy's choice (the plan still lists the other limits' keys, for
+// explain).
+func (c *charger) plan(scope string, route *policy.Route, in callerInput, body keyBody) (p chargePlan, refused *reply) {
 	charged, tier := route.ChargedFor(tierValue(route.Tiers, in))
-	p := chargePlan{route: route.Name, tier: tier}
-	for i, c := range charged {
-		key, ok := chargeKey(scope, route.Name, tier, c, in, body)
-		if !ok {
-			continue
+	p = chargePlan{route: route.Name, tier: tier}
+	for i, cl := range charged {
+		keys, r := c.keysOf(scope, route.Name, tier, cl, in, body)
+		if refused == nil {
+			refused = r
 		}
-		p.entries = append(p.entries, chargeEntry{limit: c, index: i, key: key, reserved: max(reservation(c, in.headers), 1)})
+		for _, key := range keys {
+			p.entries = append(p.entries, chargeEntry{limit: cl, index: i, key: key, reserved: max(reservation(cl, in.headers), 1)})
+		}
 	}
-	return p
-}
-
-// chargeKey is a charged limit's counting key: ratelimit.Key(scope, "http",
-// route, [tier], limit, [<source>=<value>]). The caller's budget is under
-// its scope; any other key is shared by every caller that names it (that
-// is its point: an account attacked from many addresses), so its scope is
-// scopeShared and its value, hashed unless it is an address, is an entry. False
-// when the request does not name the key: the limit does not apply.
-func chargeKey(scope, route, tier string, c *policy.ChargedLimit, in callerInput, body []byte) (string, bool) {
-	entries := []ratelimit.Entry{{Key: "route", Value: route}}
-	if tier != "" {
-		entries = append(entries, ratelimit.Entry{Key: "tier", Value: tier})
-	}
-	entries = append(entries, ratelimit.Entry{Key: "limit", Value: c.Limit.Name})
-	k := c.Charge.Key
-	var v string
-	switch k.Kind {
-	case policy.ChargeKeyCaller:
-		return ratelimit.Key(scope, httpLimitDomain, entries), true
-	case policy.ChargeKeyClientAddress:
-		v = addressScope(in, k.TrustedHops)
-	case policy.ChargeKeyHeader:
-		v = hashedValue(headerValue(in.headers, k.Name))
-	case policy.ChargeKeyFormField:
-		v = hashedValue(formKey(boundedBody(body), k.Name))
-	case policy.ChargeKeyJSONField:
-		v = hashedValue(jsonKey(boundedBody(body), k.Name))
-	}
-	if v == "" {
-		return "", false
-	}
-	entries = append(entries, ratelimit.Entry{Key: string(k.Kind), Value: v})
-	return ratelimit.Key(scopeShared, httpLimitDomain, entries), true
+	return p, refused
 }
 
 // scopeShared is the scope of a charged limit's key shared by every caller
 // (an address, an account): like the other scopes it starts with scopeMark,
 // so no tenant header value can name it.
 const scopeShared = "~shared"
-
-// hashedValue keeps an account name out of the keyspace: hex SHA-256, ""
-// for "".
-func hashedValue(v string) string {
-	if v == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(v))
-	return hex.EncodeToString(sum[:])
-}
-
-// boundedBody is body when within maxChargeKeyBody, else nil: a larger
-// body is not parsed for a key.
-func boundedBody(body []byte) []byte {
-	if len(body) > maxChargeKeyBody {
-		return nil
-	}
-	return body
-}
 
 // reservation is what a cost limit charges up front: the reserve header's
 // number, else its default, capped at the limit (more would only lock the

@@ -16,7 +16,7 @@ func (s *Authz) explainCharged(ctx context.Context, ex *Explanation, scope strin
 	if !ex.Route.HasCharged() {
 		return nil
 	}
-	p := planCharges(scope, ex.Route, caller, nil)
+	p, _ := s.charges.plan(scope, ex.Route, caller, keyBody{})
 	charged, _ := ex.Route.ChargedFor(tierValue(ex.Route.Tiers, caller))
 	keys := make(map[int]string, len(p.entries))
 	for _, e := range p.entries {

@@ -50,7 +50,7 @@ func TestExplainShowsChargedLimits(t *testing.T) {
 	if addr := ex.Charged[0]; addr.Result.Remaining != 0 || addr.LockedFor != time.Minute || ex.Allowed {
 		t.Fatalf("after 5 failures: remaining %d locked %v allowed %v; want 0, 1m, refused", addr.Result.Remaining, addr.LockedFor, ex.Allowed)
 	}
-	wantDenied(t, e.check(t, checkFrom("198.51.100.1", "POST", "/login", nil)), 429, ProblemLockedOut)
+	wantDenied(t, e.check(t, checkFrom("198.51.100.1", "POST", "/login", []byte(`{"username":"bob"}`))), 429, ProblemLockedOut)
 	if ex := explainFrom(t, e, "198.51.100.2:40000"); !ex.Allowed || ex.Charged[0].Result.Remaining != 5 {
 		t.Fatalf("another address: %+v", ex)
 	}

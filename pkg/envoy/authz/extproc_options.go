@@ -2,6 +2,8 @@ package authz
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
@@ -31,6 +33,9 @@ type chargeOptions struct {
 	limits   ratelimit.Store // nil: NewAuthz's store; ext_proc cannot charge
 	lockouts lockout.Store   // nil: a limit with a lockout is a store failure
 	metrics  *ChargeMetrics
+	secret   []byte       // WithChargeKeySecret; nil: processKeySecret
+	log      *slog.Logger // WithChargeKeySecret; nil: nothing logged
+	logged   *sync.Map    // shared by the servers given one WithChargeKeySecret
 }
 
 // Defaults of the options.
@@ -126,10 +131,37 @@ func WithCharges(limits ratelimit.Store, lockouts lockout.Store, m *ChargeMetric
 	}
 }
 
+// WithChargeKeySecret sets the HMAC key under which account names (a
+// charged limit's header, form_field or json_field key) are hashed into
+// their counting keys, and log, where the first unreadable key of each
+// limit is logged. Every replica sharing a store needs the same secret;
+// without one (or with an empty one) a random key is drawn once per
+// process: right for in-process stores only. Pass it to NewAuthz and
+// NewExtProc alike.
+func WithChargeKeySecret(secret []byte, log *slog.Logger) IdempotencyOption {
+	logged := &sync.Map{} // each unreadable key is logged once by both servers
+	return func(o *idemOptions) {
+		o.charges.logged = logged
+		if len(secret) > 0 {
+			o.charges.secret = secret
+		}
+		if log != nil {
+			o.charges.log = log
+		}
+	}
+}
+
 // charger builds the charged limits' machinery of a server whose own
 // rate-limit store (nil for ext_proc) is the default.
 func (o idemOptions) charger(own ratelimit.Store) *charger {
-	c := &charger{limits: o.charges.limits, lockouts: o.charges.lockouts, metrics: o.charges.metrics, timeout: o.storeTimeout}
+	c := &charger{limits: o.charges.limits, lockouts: o.charges.lockouts, metrics: o.charges.metrics, timeout: o.storeTimeout,
+		keys: &chargeKeys{secret: o.charges.secret, log: o.charges.log, logged: o.charges.logged}}
+	if c.keys.logged == nil {
+		c.keys.logged = &sync.Map{}
+	}
+	if c.keys.secret == nil {
+		c.keys.secret = processKeySecret()
+	}
 	if c.limits == nil {
 		c.limits = own
 	}

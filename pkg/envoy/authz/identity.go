@@ -128,11 +128,17 @@ func jwtClaim(md *corev3.Metadata, key, claim string) string {
 	return ""
 }
 
-// addressScope is the client address: Envoy's peer with hops 0, else the
+// addressScope is the client address's scope (clientIP).
+func addressScope(in callerInput, hops int) string {
+	return tagged(scopeAddress, clientIP(in, hops))
+}
+
+// clientIP is the client address: Envoy's peer with hops 0, else the
 // hops-th address from the right of x-forwarded-for (the entries to its
 // right were appended by trusted proxies). A shorter or unparsable list
 // falls back to the peer: what a client wrote itself is never trusted.
-func addressScope(in callerInput, hops int) string {
+// "" when there is no IP address (no peer, a Unix socket).
+func clientIP(in callerInput, hops int) string {
 	if hops > 0 {
 		var xff []string
 		for _, v := range in.headers.values("x-forwarded-for") {
@@ -140,11 +146,11 @@ func addressScope(in callerInput, hops int) string {
 		}
 		if len(xff) >= hops {
 			if ip := parseIP(xff[len(xff)-hops]); ip != "" {
-				return scopeAddress + ip
+				return ip
 			}
 		}
 	}
-	return tagged(scopeAddress, parseIP(in.address))
+	return parseIP(in.address)
 }
 
 // parseIP returns the canonical form of an address ("ip" or "ip:port"),
