@@ -27,7 +27,7 @@ http:
       attribute: {header: x-plan}
       default: free
       limits:
-        free: [{name: tokens, requests_per_unit: 100, unit: hour, charge: {cost: {header: x-usage-tokens}, reserve: {default: 1}}}]
+        free: [{name: tokens, requests_per_unit: 100, unit: hour, charge: {cost: {header: x-usage-tokens, default: 0}, reserve: {default: 1}}}]
   routes:
     - name: login
       path_prefix: /login
