@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -118,13 +119,12 @@ func TestAllotmentMaxSlicesDefault(t *testing.T) {
 // EXTAUTHZ_XDS_HEADERS, the one map, reads envconfig's key:value,key:value;
 // a pair without ':' is one line naming the variable.
 func TestReadEnvMap(t *testing.T) {
-	t.Parallel()
+	setExactEnv(t, map[string]string{"EXTAUTHZ_XDS_HEADERS": "x-token:a:b, x-tenant:t1"})
 	var cfg Config
-	env := map[string]string{"EXTAUTHZ_XDS_HEADERS": "x-token:a:b, x-tenant:t1"}
-	if err := readEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &cfg); err != nil {
+	if err := readEnv(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{"x-token": "a:b", "x-tenant": "t1"}; !reflect.DeepEqual(cfg.XDSHeaders, want) {
+	if want := (headerPairs{"x-token": "a:b", "x-tenant": "t1"}); !reflect.DeepEqual(cfg.XDSHeaders, want) {
 		t.Errorf("XDSHeaders = %v, want %v", cfg.XDSHeaders, want)
 	}
 	err := parseErrors(func(k string) (string, bool) { return "x-token", k == "EXTAUTHZ_XDS_HEADERS" })
@@ -156,15 +156,15 @@ func TestPolicyPathPrecedence(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
-			if peerMode(tc.argv0, lookup) {
-				lookup = envWithPeer(lookup, translatePeer(lookup))
-			}
-			var cfg Config
-			if err := readEnv(lookup, &cfg); err != nil {
+			setExactEnv(t, tc.env)
+			if _, err := exportPeerEnv(tc.argv0); err != nil {
 				t.Fatal(err)
 			}
-			if got := cfg.policyPath(lookup, func(string) bool { return tc.exists }); got != tc.want {
+			var cfg Config
+			if err := readEnv(&cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.policyPath(os.LookupEnv, func(string) bool { return tc.exists }); got != tc.want {
 				t.Errorf("policy path %q, want %q", got, tc.want)
 			}
 		})
