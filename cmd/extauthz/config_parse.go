@@ -54,8 +54,7 @@ func parseAs(t reflect.Type, v string) (kind string, err error) {
 		_, err = time.ParseDuration(v)
 		return "a duration (e.g. 250ms, 10s)", err
 	case t.Kind() == reflect.Int:
-		_, err = strconv.ParseInt(v, 0, t.Bits())
-		return "an integer", err
+		return "an integer", decimalInt(v, t.Bits())
 	case t.Kind() == reflect.Bool:
 		_, err = strconv.ParseBool(v)
 		return "true or false", err
@@ -67,6 +66,20 @@ func parseAs(t reflect.Type, v string) (kind string, err error) {
 		return "key:value pairs, comma separated", err
 	}
 	return "a string", nil
+}
+
+// decimalInt accepts the integers envconfig reads as their decimal value.
+// envconfig parses with base 0, so 010 would be 8 and 0x10 16: such values
+// are refused here rather than read in a base nobody meant.
+func decimalInt(v string, bits int) error {
+	n, err := strconv.ParseInt(v, 10, bits)
+	if err != nil {
+		return err
+	}
+	if m, err := strconv.ParseInt(v, 0, bits); err != nil || m != n {
+		return fmt.Errorf("%q is not a plain decimal", v)
+	}
+	return nil
 }
 
 // validAddr accepts what net.Listen("tcp", addr) takes with a numeric port.

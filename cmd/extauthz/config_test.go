@@ -21,6 +21,9 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 	}{
 		{"EXTAUTHZ_REDIS_POOL_SIZE=-3", "EXTAUTHZ_REDIS_POOL_SIZE=-3: want 0 (go-redis's default, 10 per CPU) to 10000"},
 		{"EXTAUTHZ_REDIS_POOL_SIZE=many", `EXTAUTHZ_REDIS_POOL_SIZE="many": not an integer; want 0 (go-redis's default, 10 per CPU) to 10000`},
+		// envconfig reads integers in base 0: 010 would be 8, 0x10 16.
+		{"EXTAUTHZ_REDIS_POOL_SIZE=010", `EXTAUTHZ_REDIS_POOL_SIZE="010": not an integer; want 0 (go-redis's default, 10 per CPU) to 10000`},
+		{"EXTAUTHZ_REDIS_POOL_SIZE=0x10", `EXTAUTHZ_REDIS_POOL_SIZE="0x10": not an integer; want 0 (go-redis's default, 10 per CPU) to 10000`},
 		{"EXTAUTHZ_SHUTDOWN_TIMEOUT=0s", "EXTAUTHZ_SHUTDOWN_TIMEOUT=0s: want a duration above 0, e.g. 10s"},
 		{"EXTAUTHZ_REDIS_CALL_TIMEOUT=0", "EXTAUTHZ_REDIS_CALL_TIMEOUT=0s: want a duration above 0, e.g. 50ms"},
 		{"EXTAUTHZ_REDIS_READ_TIMEOUT=-1s", "EXTAUTHZ_REDIS_READ_TIMEOUT=-1s: want a duration above 0, e.g. 50ms"},
