@@ -14,8 +14,9 @@ import (
 
 // Request headers read for idempotency.
 const (
-	// HeaderIdempotencyKey carries the client's key.
-	HeaderIdempotencyKey = "idempotency-key"
+	// HeaderIdempotencyKey carries the client's key, unless the route's
+	// key_header names another.
+	HeaderIdempotencyKey = policy.DefaultKeyHeader
 	// HeaderIdempotentReplayed marks a replayed response (Stripe's name;
 	// the IETF draft defines none). Its value is "true".
 	HeaderIdempotentReplayed = "idempotent-replayed"
