@@ -82,7 +82,7 @@ func (d *decoder) idempotency(f field) *Idempotency {
 		case "failure_mode":
 			id.FailClosed = d.failureMode(kv)
 		case "key_header":
-			id.KeyHeader = d.keyHeader(kv)
+			id.KeyHeader, id.keyHeaderLine, id.keyHeaderPath = d.keyHeader(kv), kv.line, kv.path
 		case "x_cache_lookup":
 			id.CacheLookupMarker = d.boolean(kv)
 		default:

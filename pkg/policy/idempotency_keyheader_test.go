@@ -39,6 +39,7 @@ func TestIdempotencyKeyHeaderAndMarker(t *testing.T) {
 		{route("key_header: x-envoy-original-path"), keyField, "cannot carry an idempotency key"},
 		{route("x_cache_lookup: sometimes"), "http.routes[0].idempotency.x_cache_lookup", ""},
 		{route("replay_headers: [x-cache-lookup]"), "http.routes[0].idempotency.replay_headers[0]", "must never be replayed"},
+		{"http:\n  identity:\n    sources:\n      - tenant_header: X-Sender\n" + route("key_header: x-sender")[len("http:\n"):], keyField, "names the caller"},
 	} {
 		msg, _ := loadErr(t, "http.yaml", tt.yaml)
 		if !strings.Contains(msg, "http.yaml:") || !strings.Contains(msg, tt.field+": ") || !strings.Contains(msg, tt.msg) {

@@ -244,4 +244,8 @@ type Idempotency struct {
 	CacheLookupMarker bool
 
 	statuses statusSet
+	// keyHeaderLine and keyHeaderPath are where key_header was given
+	// (line 0: not given), for the check against the identity's headers.
+	keyHeaderLine int
+	keyHeaderPath string
 }
