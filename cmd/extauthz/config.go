@@ -16,175 +16,176 @@ import (
 )
 
 // Config is the service's configuration, read from EXTAUTHZ_* environment
-// variables (readEnv: the tags name them, without the prefix). Field comments state the defaults; the README's
-// table lists the same variables and must stay in step with this struct.
+// variables by envconfig (readEnv: each tag is a variable's whole name).
+// Field comments state the defaults; docs/reference.md's table lists the
+// same variables and must stay in step with this struct.
 type Config struct {
 	// GRPCAddr serves RLS, ext_authz, ext_proc, health and reflection.
-	GRPCAddr string `envconfig:"GRPC_ADDR" default:":9001"`
+	GRPCAddr string `envconfig:"EXTAUTHZ_GRPC_ADDR" default:":9001"`
 	// HTTPAddr serves /metrics, /healthz, /readyz and /healthcheck.
-	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9090"`
+	HTTPAddr string `envconfig:"EXTAUTHZ_HTTP_ADDR" default:":9090"`
 	// MetricsAddr, set, also serves /metrics alone on this address (the
 	// peer's PROMETHEUS_ADDR, which Envoy Gateway's scrape targets).
-	MetricsAddr string `envconfig:"METRICS_ADDR" default:""`
+	MetricsAddr string `envconfig:"EXTAUTHZ_METRICS_ADDR" default:""`
 	// Config is the policy file or directory; empty uses no policy. Unset
 	// (and not set by the peer's RUNTIME_*), defaultPolicyDir where it
 	// exists.
-	Config string `envconfig:"CONFIG" default:""`
+	Config string `envconfig:"EXTAUTHZ_CONFIG" default:""`
 	// LogLevel is debug, info, warn or error.
-	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
+	LogLevel string `envconfig:"EXTAUTHZ_LOG_LEVEL" default:"info"`
 	// DrainDelay is how long SIGTERM keeps every API serving with health
 	// NOT_SERVING before the server stops accepting; keep it well above
 	// Envoy's health-check interval × unhealthy_threshold + timeout (5s in
 	// envoy/): on a busy machine the checks run late.
-	DrainDelay time.Duration `envconfig:"DRAIN_DELAY" default:"10s"`
+	DrainDelay time.Duration `envconfig:"EXTAUTHZ_DRAIN_DELAY" default:"10s"`
 	// ShutdownTimeout bounds the in-flight calls after the drain delay.
-	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
+	ShutdownTimeout time.Duration `envconfig:"EXTAUTHZ_SHUTDOWN_TIMEOUT" default:"10s"`
 	// RLSTenantKey is the descriptor entry key read as the tenant; empty disables.
-	RLSTenantKey string `envconfig:"RLS_TENANT_KEY" default:"tenant"`
+	RLSTenantKey string `envconfig:"EXTAUTHZ_RLS_TENANT_KEY" default:"tenant"`
 	// ShadowMode answers OK to every RLS request that would be denied (envoyproxy/ratelimit's SHADOW_MODE).
-	ShadowMode bool `envconfig:"SHADOW_MODE" default:"false"`
+	ShadowMode bool `envconfig:"EXTAUTHZ_SHADOW_MODE" default:"false"`
 	// QuotaMode puts every RLS descriptor in quota mode (envoyproxy/ratelimit's QUOTA_MODE).
-	QuotaMode bool `envconfig:"QUOTA_MODE" default:"false"`
+	QuotaMode bool `envconfig:"EXTAUTHZ_QUOTA_MODE" default:"false"`
 	// ResponseDynamicMetadata returns dynamic metadata in RLS responses (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
-	ResponseDynamicMetadata bool `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
+	ResponseDynamicMetadata bool `envconfig:"EXTAUTHZ_RESPONSE_DYNAMIC_METADATA" default:"false"`
 	// RLSCharge is how RLS descriptors are charged (rls.Charging):
 	// if_admitted, always or stop_when_over_limit; empty is always where
 	// the peer's users configure us (limits over xDS; started as the peer,
 	// its translation sets it), else if_admitted (rlscount.go).
-	RLSCharge string `envconfig:"RLS_CHARGE" default:""`
+	RLSCharge string `envconfig:"EXTAUTHZ_RLS_CHARGE" default:""`
 	// RLSDefaultAlgorithm is the algorithm of a descriptor limit that
 	// names none; empty is fixed_window where RLSCharge's empty is always,
 	// else gcra.
-	RLSDefaultAlgorithm string `envconfig:"RLS_DEFAULT_ALGORITHM" default:""`
+	RLSDefaultAlgorithm string `envconfig:"EXTAUTHZ_RLS_DEFAULT_ALGORITHM" default:""`
 	// MergeDomains lets several policy files define one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
-	MergeDomains bool `envconfig:"MERGE_DOMAINS" default:"false"`
+	MergeDomains bool `envconfig:"EXTAUTHZ_MERGE_DOMAINS" default:"false"`
 	// PolicySource is where limits come from: file (EXTAUTHZ_CONFIG) or
 	// xds (RateLimitConfig resources over ADS); empty is xds when
 	// EXTAUTHZ_XDS_SERVER_URL is set, else file (xds.go).
-	PolicySource string `envconfig:"POLICY_SOURCE" default:""`
+	PolicySource string `envconfig:"EXTAUTHZ_POLICY_SOURCE" default:""`
 	// XDSServerURL is the xDS management server's host:port.
-	XDSServerURL string `envconfig:"XDS_SERVER_URL" default:""`
+	XDSServerURL string `envconfig:"EXTAUTHZ_XDS_SERVER_URL" default:""`
 	// XDSNodeID is the node id the server picks a snapshot by.
-	XDSNodeID string `envconfig:"XDS_NODE_ID" default:"default"`
+	XDSNodeID string `envconfig:"EXTAUTHZ_XDS_NODE_ID" default:"default"`
 	// XDSNodeCluster is the node's cluster; empty, none.
-	XDSNodeCluster string `envconfig:"XDS_NODE_CLUSTER" default:""`
+	XDSNodeCluster string `envconfig:"EXTAUTHZ_XDS_NODE_CLUSTER" default:""`
 	// XDSNodeMetadata is the node's metadata, key=value pairs comma separated.
-	XDSNodeMetadata string `envconfig:"XDS_NODE_METADATA" default:""`
+	XDSNodeMetadata string `envconfig:"EXTAUTHZ_XDS_NODE_METADATA" default:""`
 	// XDSServerUseTLS connects to the server over TLS.
-	XDSServerUseTLS bool `envconfig:"XDS_SERVER_USE_TLS" default:"false"`
+	XDSServerUseTLS bool `envconfig:"EXTAUTHZ_XDS_SERVER_USE_TLS" default:"false"`
 	// XDSServerTLSCA verifies the server (PEM bundle); empty, the system roots.
-	XDSServerTLSCA string `envconfig:"XDS_SERVER_TLS_CA" default:""`
+	XDSServerTLSCA string `envconfig:"EXTAUTHZ_XDS_SERVER_TLS_CA" default:""`
 	// XDSServerTLSSAN is the name the server's certificate must carry;
 	// empty, the host of EXTAUTHZ_XDS_SERVER_URL.
-	XDSServerTLSSAN string `envconfig:"XDS_SERVER_TLS_SAN" default:""`
+	XDSServerTLSSAN string `envconfig:"EXTAUTHZ_XDS_SERVER_TLS_SAN" default:""`
 	// XDSClientTLSCert and XDSClientTLSKey, both set, are presented to the
 	// server (mutual TLS).
-	XDSClientTLSCert string `envconfig:"XDS_CLIENT_TLS_CERT" default:""`
-	XDSClientTLSKey  string `envconfig:"XDS_CLIENT_TLS_KEY" default:""`
+	XDSClientTLSCert string `envconfig:"EXTAUTHZ_XDS_CLIENT_TLS_CERT" default:""`
+	XDSClientTLSKey  string `envconfig:"EXTAUTHZ_XDS_CLIENT_TLS_KEY" default:""`
 	// XDSHeaders are gRPC metadata sent on each xDS stream, as
 	// key:value pairs comma separated.
-	XDSHeaders map[string]string `envconfig:"XDS_HEADERS" default:""`
+	XDSHeaders headerPairs `envconfig:"EXTAUTHZ_XDS_HEADERS" default:""`
 	// XDSMaxRecvBytes bounds one xDS response; 0 is gRPC's 4 MiB.
-	XDSMaxRecvBytes int `envconfig:"XDS_MAX_RECV_BYTES" default:"0"`
+	XDSMaxRecvBytes int `envconfig:"EXTAUTHZ_XDS_MAX_RECV_BYTES" default:"0"`
 	// XDSForceStart serves (an empty policy: nothing matches) before the
 	// first update, as envoyproxy/ratelimit's
 	// FORCE_START_WITHOUT_INITIAL_CONFIG; false, not ready until then.
-	XDSForceStart bool `envconfig:"XDS_FORCE_START" default:"false"`
+	XDSForceStart bool `envconfig:"EXTAUTHZ_XDS_FORCE_START" default:"false"`
 	// XDSBackoffMin and XDSBackoffMax bound the pause between reconnects.
-	XDSBackoffMin time.Duration `envconfig:"XDS_BACKOFF_MIN" default:"500ms"`
-	XDSBackoffMax time.Duration `envconfig:"XDS_BACKOFF_MAX" default:"30s"`
+	XDSBackoffMin time.Duration `envconfig:"EXTAUTHZ_XDS_BACKOFF_MIN" default:"500ms"`
+	XDSBackoffMax time.Duration `envconfig:"EXTAUTHZ_XDS_BACKOFF_MAX" default:"30s"`
 	// NearLimitRatio is the share of a limit past which admitted hits count
 	// as near_limit, in (0, 1]; 0 is refused, not read as the default.
-	NearLimitRatio float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
+	NearLimitRatio float64 `envconfig:"EXTAUTHZ_NEAR_LIMIT_RATIO" default:"0.8"`
 	// RuleMetricsMaxSeries bounds the distinct rule labels of extauthz_rule_hits_total; 0 turns it off.
-	RuleMetricsMaxSeries int `envconfig:"RULE_METRICS_MAX_SERIES" default:"1000"`
+	RuleMetricsMaxSeries int `envconfig:"EXTAUTHZ_RULE_METRICS_MAX_SERIES" default:"1000"`
 
 	// RedisURL selects the Redis store (redis:// or rediss://); empty uses the embedded memory store.
-	RedisURL string `envconfig:"REDIS_URL" default:""`
+	RedisURL string `envconfig:"EXTAUTHZ_REDIS_URL" default:""`
 	// RedisCluster treats the URL's hosts as Redis Cluster seed nodes.
-	RedisCluster bool `envconfig:"REDIS_CLUSTER" default:"false"`
+	RedisCluster bool `envconfig:"EXTAUTHZ_REDIS_CLUSTER" default:"false"`
 	// RedisSentinelAddrs are Redis Sentinel host:port addresses, comma
 	// separated; set, the sentinels name the master (EXTAUTHZ_REDIS_URL
 	// then gives only scheme, credentials and DB, with no host).
-	RedisSentinelAddrs string `envconfig:"REDIS_SENTINEL_ADDRS" default:""`
+	RedisSentinelAddrs string `envconfig:"EXTAUTHZ_REDIS_SENTINEL_ADDRS" default:""`
 	// RedisSentinelMaster is the master's name in the sentinels' configuration.
-	RedisSentinelMaster string `envconfig:"REDIS_SENTINEL_MASTER" default:""`
+	RedisSentinelMaster string `envconfig:"EXTAUTHZ_REDIS_SENTINEL_MASTER" default:""`
 	// RedisSentinelPassword is the sentinels' own password (their requirepass).
-	RedisSentinelPassword string `envconfig:"REDIS_SENTINEL_PASSWORD" default:""`
+	RedisSentinelPassword string `envconfig:"EXTAUTHZ_REDIS_SENTINEL_PASSWORD" default:""`
 	// RedisPoolSize is the connection pool size per node; 0 is go-redis's default.
-	RedisPoolSize int `envconfig:"REDIS_POOL_SIZE" default:"0"`
+	RedisPoolSize int `envconfig:"EXTAUTHZ_REDIS_POOL_SIZE" default:"0"`
 	// RedisMaxBatch > 1 coalesces concurrent decisions per Redis node into
 	// pipelines of at most that many (redisstore.Options.MaxBatch); 1 (and 0)
 	// sends each decision on its own (docs/benchmarks-redis.md).
-	RedisMaxBatch int `envconfig:"REDIS_MAX_BATCH" default:"128"`
+	RedisMaxBatch int `envconfig:"EXTAUTHZ_REDIS_MAX_BATCH" default:"128"`
 	// RedisDialTimeout bounds connecting to Redis.
-	RedisDialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT" default:"200ms"`
+	RedisDialTimeout time.Duration `envconfig:"EXTAUTHZ_REDIS_DIAL_TIMEOUT" default:"200ms"`
 	// RedisReadTimeout bounds one Redis read.
-	RedisReadTimeout time.Duration `envconfig:"REDIS_READ_TIMEOUT" default:"50ms"`
+	RedisReadTimeout time.Duration `envconfig:"EXTAUTHZ_REDIS_READ_TIMEOUT" default:"50ms"`
 	// RedisWriteTimeout bounds one Redis write.
-	RedisWriteTimeout time.Duration `envconfig:"REDIS_WRITE_TIMEOUT" default:"50ms"`
+	RedisWriteTimeout time.Duration `envconfig:"EXTAUTHZ_REDIS_WRITE_TIMEOUT" default:"50ms"`
 	// RedisCallTimeout bounds one rate-limit decision's wait for Redis,
 	// counted from when it is asked (redisstore.Options.CallTimeout); past
 	// it the failure mode answers. Keep it below Envoy's ratelimit filter
 	// timeout so that the service, not Envoy, decides.
-	RedisCallTimeout time.Duration `envconfig:"REDIS_CALL_TIMEOUT" default:"50ms"`
+	RedisCallTimeout time.Duration `envconfig:"EXTAUTHZ_REDIS_CALL_TIMEOUT" default:"50ms"`
 	// IdempotencyStoreTimeout bounds one Idempotency-Key store call; past it
 	// the route's idempotency failure_mode answers. Keep it below Envoy's
 	// ext_authz timeout and ext_proc message_timeout.
-	IdempotencyStoreTimeout time.Duration `envconfig:"IDEMPOTENCY_STORE_TIMEOUT" default:"100ms"`
+	IdempotencyStoreTimeout time.Duration `envconfig:"EXTAUTHZ_IDEMPOTENCY_STORE_TIMEOUT" default:"100ms"`
 	// RedisTLSInsecureSkipVerify skips server certificate checks (rediss:// only; testing).
-	RedisTLSInsecureSkipVerify bool `envconfig:"REDIS_TLS_INSECURE_SKIP_VERIFY" default:"false"`
+	RedisTLSInsecureSkipVerify bool `envconfig:"EXTAUTHZ_REDIS_TLS_INSECURE_SKIP_VERIFY" default:"false"`
 	// RedisTLSCAFile is a PEM bundle used to verify the Redis server (rediss://).
-	RedisTLSCAFile string `envconfig:"REDIS_TLS_CA_FILE" default:""`
+	RedisTLSCAFile string `envconfig:"EXTAUTHZ_REDIS_TLS_CA_FILE" default:""`
 	// RedisTLSClientCert and RedisTLSClientKey, both set, are presented to
 	// a Redis that requires a client certificate (rediss://), read again at
 	// each new connection.
-	RedisTLSClientCert string `envconfig:"REDIS_TLS_CLIENT_CERT" default:""`
-	RedisTLSClientKey  string `envconfig:"REDIS_TLS_CLIENT_KEY" default:""`
+	RedisTLSClientCert string `envconfig:"EXTAUTHZ_REDIS_TLS_CLIENT_CERT" default:""`
+	RedisTLSClientKey  string `envconfig:"EXTAUTHZ_REDIS_TLS_CLIENT_KEY" default:""`
 	// FailureMode is open (fall back to the in-process store) or closed (deny) when Redis fails.
-	FailureMode string `envconfig:"FAILURE_MODE" default:"open"`
+	FailureMode string `envconfig:"EXTAUTHZ_FAILURE_MODE" default:"open"`
 	// FallbackReplicas is how many replicas' fail-open fallbacks share each
 	// limit: each holds 1/N of it while Redis fails. 0 counts the live
 	// replicas in Redis (the count last seen before the outage; 1 when
 	// none was ever seen).
-	FallbackReplicas int `envconfig:"FALLBACK_REPLICAS" default:"0"`
+	FallbackReplicas int `envconfig:"EXTAUTHZ_FALLBACK_REPLICAS" default:"0"`
 	// KeyPrefix starts every Redis key; no '{' or '}' (the hash tag's).
-	KeyPrefix string `envconfig:"KEY_PREFIX" default:"xa"`
+	KeyPrefix string `envconfig:"EXTAUTHZ_KEY_PREFIX" default:"xa"`
 	// LocalCache answers keys known to be over limit without Redis until their reset.
-	LocalCache bool `envconfig:"LOCAL_CACHE" default:"true"`
+	LocalCache bool `envconfig:"EXTAUTHZ_LOCAL_CACHE" default:"true"`
 	// MemoryMaxKeys bounds the states the embedded memory store keeps (the
 	// soonest-expiring are evicted beyond it); 0 is unbounded.
-	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1000000"`
+	MemoryMaxKeys int `envconfig:"EXTAUTHZ_MEMORY_MAX_KEYS" default:"1000000"`
 	// AllotmentMaxSlices bounds the slices of consistency: allotment limits
 	// a replica holds with Redis (idle ones are dropped first beyond it).
-	AllotmentMaxSlices int `envconfig:"ALLOTMENT_MAX_SLICES" default:"100000"`
+	AllotmentMaxSlices int `envconfig:"EXTAUTHZ_ALLOTMENT_MAX_SLICES" default:"100000"`
 	// IdempotencyMemoryMaxKeys bounds the keys the in-memory idempotency
 	// store keeps (completed records evicted before live leases); 0 is unbounded.
-	IdempotencyMemoryMaxKeys int `envconfig:"IDEMPOTENCY_MEMORY_MAX_KEYS" default:"1000000"`
+	IdempotencyMemoryMaxKeys int `envconfig:"EXTAUTHZ_IDEMPOTENCY_MEMORY_MAX_KEYS" default:"1000000"`
 	// GRPCMaxRecvBytes bounds one received gRPC message (17 MiB: a 16 MiB
 	// buffered body plus headroom). Keep it above the largest body Envoy
 	// buffers for ext_authz or ext_proc.
-	GRPCMaxRecvBytes int `envconfig:"GRPC_MAX_RECV_BYTES" default:"17825792"`
+	GRPCMaxRecvBytes int `envconfig:"EXTAUTHZ_GRPC_MAX_RECV_BYTES" default:"17825792"`
 	// GRPCMaxSendBytes bounds one sent gRPC message (17 MiB). Keep it above
 	// the policy's largest max_body_bytes: an inline replay is one message.
-	GRPCMaxSendBytes int `envconfig:"GRPC_MAX_SEND_BYTES" default:"17825792"`
+	GRPCMaxSendBytes int `envconfig:"EXTAUTHZ_GRPC_MAX_SEND_BYTES" default:"17825792"`
 	// GRPCStreamWorkers is how many long-lived goroutines run gRPC calls
 	// (grpc.NumStreamWorkers): their stacks stay grown, where a goroutine
 	// per call grows and copies its stack every time (~7% of the server's
 	// CPU at concurrency 64, docs/benchmarks-redis.md). Calls beyond them
 	// still get their own goroutine; 0 gives every call one.
-	GRPCStreamWorkers int `envconfig:"GRPC_STREAM_WORKERS" default:"64"`
+	GRPCStreamWorkers int `envconfig:"EXTAUTHZ_GRPC_STREAM_WORKERS" default:"64"`
 	// RedisBreakerThreshold is how many Redis failures in a row open a
 	// circuit breaker (one per Redis node, rate limits and idempotency each).
-	RedisBreakerThreshold int `envconfig:"REDIS_BREAKER_THRESHOLD" default:"5"`
+	RedisBreakerThreshold int `envconfig:"EXTAUTHZ_REDIS_BREAKER_THRESHOLD" default:"5"`
 	// RedisBreakerPause is how long an open breaker skips its node before
 	// one probe call.
-	RedisBreakerPause time.Duration `envconfig:"REDIS_BREAKER_PAUSE" default:"1s"`
+	RedisBreakerPause time.Duration `envconfig:"EXTAUTHZ_REDIS_BREAKER_PAUSE" default:"1s"`
 	// IdempotencyWaitReplicas makes completing an idempotency record wait
 	// (Redis WAIT) until that many replicas have it; 0 does not wait.
-	IdempotencyWaitReplicas int `envconfig:"IDEMPOTENCY_WAIT_REPLICAS" default:"0"`
+	IdempotencyWaitReplicas int `envconfig:"EXTAUTHZ_IDEMPOTENCY_WAIT_REPLICAS" default:"0"`
 	// IdempotencyWaitTimeout bounds that wait.
-	IdempotencyWaitTimeout time.Duration `envconfig:"IDEMPOTENCY_WAIT_TIMEOUT" default:"20ms"`
+	IdempotencyWaitTimeout time.Duration `envconfig:"EXTAUTHZ_IDEMPOTENCY_WAIT_TIMEOUT" default:"20ms"`
 
 	// Object storage for idempotent response bodies above max_body_bytes
 	// (blob.go). Credentials come from the AWS SDK's standard chain:
@@ -192,38 +193,38 @@ type Config struct {
 	// with AWS_ROLE_ARN (IRSA), shared files, or the instance role.
 
 	// BlobS3Bucket enables S3-compatible storage of large bodies; empty disables it.
-	BlobS3Bucket string `envconfig:"BLOB_S3_BUCKET" default:""`
+	BlobS3Bucket string `envconfig:"EXTAUTHZ_BLOB_S3_BUCKET" default:""`
 	// BlobS3Endpoint is the server URL for S3-compatible servers (path-style); empty uses AWS.
-	BlobS3Endpoint string `envconfig:"BLOB_S3_ENDPOINT" default:""`
+	BlobS3Endpoint string `envconfig:"EXTAUTHZ_BLOB_S3_ENDPOINT" default:""`
 	// BlobS3Prefix starts every object name.
-	BlobS3Prefix string `envconfig:"BLOB_S3_PREFIX" default:"extauthz/idempotency/"`
+	BlobS3Prefix string `envconfig:"EXTAUTHZ_BLOB_S3_PREFIX" default:"extauthz/idempotency/"`
 	// BlobS3Region is the bucket's region; empty uses AWS_REGION, then us-east-1.
-	BlobS3Region string `envconfig:"BLOB_S3_REGION" default:""`
+	BlobS3Region string `envconfig:"EXTAUTHZ_BLOB_S3_REGION" default:""`
 	// BlobS3PartSize is the multipart part size, the memory bound per body being stored (at least 5 MiB).
-	BlobS3PartSize int `envconfig:"BLOB_S3_PART_SIZE" default:"8388608"`
+	BlobS3PartSize int `envconfig:"EXTAUTHZ_BLOB_S3_PART_SIZE" default:"8388608"`
 	// BlobS3LifecycleDays installs a bucket lifecycle rule expiring the prefix after that many days; 0 leaves the bucket's lifecycle alone.
-	BlobS3LifecycleDays int `envconfig:"BLOB_S3_LIFECYCLE_DAYS" default:"1"`
+	BlobS3LifecycleDays int `envconfig:"EXTAUTHZ_BLOB_S3_LIFECYCLE_DAYS" default:"1"`
 	// ReplayAddr serves replays of bodies in object storage (replay.go); used only with a bucket.
-	ReplayAddr string `envconfig:"REPLAY_ADDR" default:":9002"`
+	ReplayAddr string `envconfig:"EXTAUTHZ_REPLAY_ADDR" default:":9002"`
 	// ReplaySecret signs replay tickets (at least 32 bytes), the same on every replica; empty draws a random one per process (one replica only).
-	ReplaySecret string `envconfig:"REPLAY_SECRET" default:""`
+	ReplaySecret string `envconfig:"EXTAUTHZ_REPLAY_SECRET" default:""`
 	// DebugAddr serves Go's pprof profiles (/debug/pprof/); empty (the
 	// default) serves none. Loopback addresses only: see debug.go.
-	DebugAddr string `envconfig:"DEBUG_ADDR" default:""`
+	DebugAddr string `envconfig:"EXTAUTHZ_DEBUG_ADDR" default:""`
 	// AdminAddr serves the admin API (admin.go); empty (the default) is off.
 	// Loopback only unless a token is set.
-	AdminAddr string `envconfig:"ADMIN_ADDR" default:""`
+	AdminAddr string `envconfig:"EXTAUTHZ_ADMIN_ADDR" default:""`
 	// AdminToken is the admin API's bearer token (at least 16 bytes); empty requires none (loopback only).
-	AdminToken string `envconfig:"ADMIN_TOKEN" default:""`
+	AdminToken string `envconfig:"EXTAUTHZ_ADMIN_TOKEN" default:""`
 	// AdminTokenFile holds the token instead (a mounted Secret); surrounding whitespace is trimmed.
-	AdminTokenFile string `envconfig:"ADMIN_TOKEN_FILE" default:""`
+	AdminTokenFile string `envconfig:"EXTAUTHZ_ADMIN_TOKEN_FILE" default:""`
 	// ChargeKeySecret is the HMAC key (at least 32 bytes) under which the
 	// accounts of charged limits are hashed into their keys; required with
 	// Redis when the policy keys a charged limit by an account, the same on
 	// every replica; empty without Redis draws one per process.
-	ChargeKeySecret string `envconfig:"CHARGE_KEY_SECRET" default:""`
+	ChargeKeySecret string `envconfig:"EXTAUTHZ_CHARGE_KEY_SECRET" default:""`
 	// ChargeKeySecretFile holds the secret instead (a mounted Secret); surrounding whitespace is trimmed.
-	ChargeKeySecretFile string `envconfig:"CHARGE_KEY_SECRET_FILE" default:""`
+	ChargeKeySecretFile string `envconfig:"EXTAUTHZ_CHARGE_KEY_SECRET_FILE" default:""`
 
 	// Tracing (tracing.go). The OpenTelemetry SDK's own variables apply
 	// beside these: OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*
@@ -232,31 +233,31 @@ type Config struct {
 	// OTLPEndpoint turns tracing on: the OTLP collector's base URL,
 	// http:// (plaintext) or https:// (TLS) with a port; empty, the
 	// default, traces nothing and builds no exporter.
-	OTLPEndpoint string `envconfig:"OTLP_ENDPOINT" default:""`
+	OTLPEndpoint string `envconfig:"EXTAUTHZ_OTLP_ENDPOINT" default:""`
 	// OTLPProtocol is grpc or http/protobuf (which posts to the endpoint's
 	// path + /v1/traces).
-	OTLPProtocol string `envconfig:"OTLP_PROTOCOL" default:"grpc"`
+	OTLPProtocol string `envconfig:"EXTAUTHZ_OTLP_PROTOCOL" default:"grpc"`
 	// TraceSampleRatio is the share of traces started here that are
 	// sampled; a trace context from Envoy is followed, sampled or not.
 	// 1 because in a traced mesh the sampling decision is Envoy's (or the
 	// client's), and every call then arrives with one.
-	TraceSampleRatio float64 `envconfig:"TRACE_SAMPLE_RATIO" default:"1"`
+	TraceSampleRatio float64 `envconfig:"EXTAUTHZ_TRACE_SAMPLE_RATIO" default:"1"`
 
 	// GRPCTLSCert and GRPCTLSKey, both set, make the gRPC port TLS-only
 	// (PEM files, reloaded when they change; listen.go).
-	GRPCTLSCert string `envconfig:"GRPC_TLS_CERT" default:""`
-	GRPCTLSKey  string `envconfig:"GRPC_TLS_KEY" default:""`
+	GRPCTLSCert string `envconfig:"EXTAUTHZ_GRPC_TLS_CERT" default:""`
+	GRPCTLSKey  string `envconfig:"EXTAUTHZ_GRPC_TLS_KEY" default:""`
 	// GRPCTLSClientCA, set, makes it mutual TLS: clients must present a
 	// certificate signed by a CA of this PEM bundle.
-	GRPCTLSClientCA string `envconfig:"GRPC_TLS_CLIENT_CA" default:""`
+	GRPCTLSClientCA string `envconfig:"EXTAUTHZ_GRPC_TLS_CLIENT_CA" default:""`
 	// GRPCTLSClientSANs, comma separated, admits only client certificates
 	// naming one of them (DNS, URI such as a SPIFFE ID, IP or email).
-	GRPCTLSClientSANs string `envconfig:"GRPC_TLS_CLIENT_SANS" default:""`
+	GRPCTLSClientSANs string `envconfig:"EXTAUTHZ_GRPC_TLS_CLIENT_SANS" default:""`
 	// GRPCTLSReload is how often the TLS files are checked for changes.
-	GRPCTLSReload time.Duration `envconfig:"GRPC_TLS_RELOAD" default:"10s"`
+	GRPCTLSReload time.Duration `envconfig:"EXTAUTHZ_GRPC_TLS_RELOAD" default:"10s"`
 	// GRPCUDS, set, also serves the gRPC APIs on this Unix socket, in
 	// plaintext (for an Envoy beside the service); empty, none.
-	GRPCUDS string `envconfig:"GRPC_UDS" default:""`
+	GRPCUDS string `envconfig:"EXTAUTHZ_GRPC_UDS" default:""`
 }
 
 // gRPC message limits: the smallest accepted (64 KiB carries any
@@ -285,34 +286,24 @@ func (c Config) grpcMessageLimits() (recv, send int) {
 // one line naming the variable and what it accepts; warnings are the
 // peer's variables that have no meaning here, one line each.
 func loadConfig() (Config, []string, error) {
-	return loadConfigFrom(os.Args[0], os.LookupEnv)
+	return loadConfigFrom(os.Args[0])
 }
 
-func loadConfigFrom(argv0 string, lookup func(string) (string, bool)) (Config, []string, error) {
+func loadConfigFrom(argv0 string) (Config, []string, error) {
 	var cfg Config
-	var peer peerEnv
-	if peerMode(argv0, lookup) {
-		peer = translatePeer(lookup)
-		for name := range peer.values {
-			if _, ok := lookup("EXTAUTHZ_" + name); ok { // ours win
-				delete(peer.values, name)
-				delete(peer.from, name)
-			}
-		}
-		if err := errors.Join(peer.refusals...); err != nil {
-			return cfg, peer.warnings, err
-		}
-		lookup = envWithPeer(lookup, peer)
+	peer, err := exportPeerEnv(argv0)
+	if err != nil {
+		return cfg, peer.warnings, err
 	}
 	// envconfig stops at the first value it cannot parse and words it in
 	// Go types; check them all first, in our words, with the Go runtime's.
-	if err := errors.Join(parseErrors(lookup), goRuntimeEnvErrors(os.LookupEnv)); err != nil {
+	if err := errors.Join(parseErrors(os.LookupEnv), goRuntimeEnvErrors(os.LookupEnv)); err != nil {
 		return cfg, peer.warnings, peer.annotate(err)
 	}
-	if err := readEnv(lookup, &cfg); err != nil {
+	if err := readEnv(&cfg); err != nil {
 		return cfg, peer.warnings, fmt.Errorf("configuration: %w", peer.annotate(err))
 	}
-	cfg.Config = cfg.policyPath(lookup, dirExists)
+	cfg.Config = cfg.policyPath(os.LookupEnv, dirExists)
 	return cfg, peer.warnings, peer.annotate(cfg.Validate())
 }
 

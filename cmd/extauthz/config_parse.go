@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/extauthz/extauthz/internal/tracing"
@@ -27,8 +28,8 @@ func parseErrors(lookup func(string) (string, bool)) error {
 	typ := reflect.TypeFor[Config]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)
-		name := f.Tag.Get("envconfig")
-		v, ok := lookup("EXTAUTHZ_" + name)
+		name := strings.TrimPrefix(varName(f), envPrefix)
+		v, ok := lookup(envPrefix + name)
 		if !ok {
 			continue
 		}
@@ -53,19 +54,32 @@ func parseAs(t reflect.Type, v string) (kind string, err error) {
 		_, err = time.ParseDuration(v)
 		return "a duration (e.g. 250ms, 10s)", err
 	case t.Kind() == reflect.Int:
-		_, err = strconv.Atoi(v)
-		return "an integer", err
+		return "an integer", decimalInt(v, t.Bits())
 	case t.Kind() == reflect.Bool:
 		_, err = strconv.ParseBool(v)
 		return "true or false", err
 	case t.Kind() == reflect.Float64:
 		_, err = strconv.ParseFloat(v, 64)
 		return "a number", err
-	case t.Kind() == reflect.Map:
+	case t == reflect.TypeFor[headerPairs]():
 		_, err = parsePairs(v)
 		return "key:value pairs, comma separated", err
 	}
 	return "a string", nil
+}
+
+// decimalInt accepts the integers envconfig reads as their decimal value.
+// envconfig parses with base 0, so 010 would be 8 and 0x10 16: such values
+// are refused here rather than read in a base nobody meant.
+func decimalInt(v string, bits int) error {
+	n, err := strconv.ParseInt(v, 10, bits)
+	if err != nil {
+		return err
+	}
+	if m, err := strconv.ParseInt(v, 0, bits); err != nil || m != n {
+		return fmt.Errorf("%q is not a plain decimal", v)
+	}
+	return nil
 }
 
 // validAddr accepts what net.Listen("tcp", addr) takes with a numeric port.
@@ -189,57 +203,37 @@ func quote(v any) string {
 	return fmt.Sprint(v)
 }
 
-// readEnv sets every field of cfg from EXTAUTHZ_<its tag> or, unset, from
-// its default. Only the prefixed name is read: envconfig.Process falls
-// back to the bare name (REDIS_URL for EXTAUTHZ_REDIS_URL), and a variable
-// meant for another program, or one Kubernetes injects into every pod,
-// must never configure us unasked.
-func readEnv(lookup func(string) (string, bool), cfg *Config) error {
-	v := reflect.ValueOf(cfg).Elem()
-	typ := v.Type()
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		s, ok := lookup("EXTAUTHZ_" + f.Tag.Get("envconfig"))
-		if !ok {
-			s = f.Tag.Get("default")
-		}
-		if err := setField(v.Field(i), s); err != nil {
-			return fmt.Errorf("EXTAUTHZ_%s=%q: %w", f.Tag.Get("envconfig"), s, err)
-		}
-	}
-	return nil
+// envPrefix starts every variable of ours. Each Config field's envconfig
+// tag is its whole name, prefix included, read by envconfig.Process with
+// no prefix of its own: for a tagged field envconfig looks up the prefixed
+// name and then, unset, the tag alone (its "Alt" name), which here is the
+// same name. Tagged "GRPC_ADDR" under the prefix "EXTAUTHZ", the fallback
+// would read a bare GRPC_ADDR (or REDIS_URL) meant for another program, or
+// one Kubernetes injects into every pod. Its split_words naming, which has
+// no fallback, cannot spell nine of our names (GRPCTLSCert reads as
+// GRPCTLS_CERT, GRPCTLSClientSANs as GRPCTLS_CLIENT_SA_NS).
+// TestEveryVariableIsPrefixed keeps every tag under the prefix.
+const envPrefix = "EXTAUTHZ_"
+
+// readEnv sets every field of cfg from its EXTAUTHZ_* variable in the
+// process environment or, unset, from its default tag.
+func readEnv(cfg *Config) error {
+	return envconfig.Process("", cfg)
 }
 
-// setField parses s into field, for the kinds Config uses.
-func setField(field reflect.Value, s string) error {
-	if field.Type() == reflect.TypeFor[time.Duration]() {
-		d, err := time.ParseDuration(s)
-		field.SetInt(int64(d))
-		return err
-	}
-	switch field.Kind() {
-	case reflect.String:
-		field.SetString(s)
-	case reflect.Bool:
-		b, err := strconv.ParseBool(s)
-		field.SetBool(b)
-		return err
-	case reflect.Int:
-		n, err := strconv.Atoi(s)
-		field.SetInt(int64(n))
-		return err
-	case reflect.Float64:
-		x, err := strconv.ParseFloat(s, 64)
-		field.SetFloat(x)
-		return err
-	case reflect.Map: // map[string]string, EXTAUTHZ_XDS_HEADERS
-		m, err := parsePairs(s)
-		field.Set(reflect.ValueOf(m))
-		return err
-	default:
-		return fmt.Errorf("unsupported field kind %s", field.Kind())
-	}
-	return nil
+// varName is the variable a Config field is read from.
+func varName(f reflect.StructField) string { return f.Tag.Get("envconfig") }
+
+// headerPairs is EXTAUTHZ_XDS_HEADERS: envconfig's map form,
+// key:value,key:value, except that a value may hold ':' (a bearer token
+// or a URL often does), where envconfig's own map parsing refuses it.
+type headerPairs map[string]string
+
+// Decode implements envconfig.Decoder.
+func (p *headerPairs) Decode(s string) error {
+	m, err := parsePairs(s)
+	*p = m
+	return err
 }
 
 // parsePairs reads envconfig's map form, key:value,key:value (the value

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -20,6 +21,9 @@ func TestBadEnvironmentStopsWithOneLine(t *testing.T) {
 	}{
 		{"EXTAUTHZ_REDIS_POOL_SIZE=-3", "EXTAUTHZ_REDIS_POOL_SIZE=-3: want 0 (go-redis's default, 10 per CPU) to 10000"},
 		{"EXTAUTHZ_REDIS_POOL_SIZE=many", `EXTAUTHZ_REDIS_POOL_SIZE="many": not an integer; want 0 (go-redis's default, 10 per CPU) to 10000`},
+		// envconfig reads integers in base 0: 010 would be 8, 0x10 16.
+		{"EXTAUTHZ_REDIS_POOL_SIZE=010", `EXTAUTHZ_REDIS_POOL_SIZE="010": not an integer; want 0 (go-redis's default, 10 per CPU) to 10000`},
+		{"EXTAUTHZ_REDIS_POOL_SIZE=0x10", `EXTAUTHZ_REDIS_POOL_SIZE="0x10": not an integer; want 0 (go-redis's default, 10 per CPU) to 10000`},
 		{"EXTAUTHZ_SHUTDOWN_TIMEOUT=0s", "EXTAUTHZ_SHUTDOWN_TIMEOUT=0s: want a duration above 0, e.g. 10s"},
 		{"EXTAUTHZ_REDIS_CALL_TIMEOUT=0", "EXTAUTHZ_REDIS_CALL_TIMEOUT=0s: want a duration above 0, e.g. 50ms"},
 		{"EXTAUTHZ_REDIS_READ_TIMEOUT=-1s", "EXTAUTHZ_REDIS_READ_TIMEOUT=-1s: want a duration above 0, e.g. 50ms"},
@@ -118,13 +122,12 @@ func TestAllotmentMaxSlicesDefault(t *testing.T) {
 // EXTAUTHZ_XDS_HEADERS, the one map, reads envconfig's key:value,key:value;
 // a pair without ':' is one line naming the variable.
 func TestReadEnvMap(t *testing.T) {
-	t.Parallel()
+	setExactEnv(t, map[string]string{"EXTAUTHZ_XDS_HEADERS": "x-token:a:b, x-tenant:t1"})
 	var cfg Config
-	env := map[string]string{"EXTAUTHZ_XDS_HEADERS": "x-token:a:b, x-tenant:t1"}
-	if err := readEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &cfg); err != nil {
+	if err := readEnv(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{"x-token": "a:b", "x-tenant": "t1"}; !reflect.DeepEqual(cfg.XDSHeaders, want) {
+	if want := (headerPairs{"x-token": "a:b", "x-tenant": "t1"}); !reflect.DeepEqual(cfg.XDSHeaders, want) {
 		t.Errorf("XDSHeaders = %v, want %v", cfg.XDSHeaders, want)
 	}
 	err := parseErrors(func(k string) (string, bool) { return "x-token", k == "EXTAUTHZ_XDS_HEADERS" })
@@ -156,15 +159,15 @@ func TestPolicyPathPrecedence(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
-			if peerMode(tc.argv0, lookup) {
-				lookup = envWithPeer(lookup, translatePeer(lookup))
-			}
-			var cfg Config
-			if err := readEnv(lookup, &cfg); err != nil {
+			setExactEnv(t, tc.env)
+			if _, err := exportPeerEnv(tc.argv0); err != nil {
 				t.Fatal(err)
 			}
-			if got := cfg.policyPath(lookup, func(string) bool { return tc.exists }); got != tc.want {
+			var cfg Config
+			if err := readEnv(&cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.policyPath(os.LookupEnv, func(string) bool { return tc.exists }); got != tc.want {
 				t.Errorf("policy path %q, want %q", got, tc.want)
 			}
 		})

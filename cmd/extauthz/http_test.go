@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -67,14 +68,41 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
-// defaultConfig is the configuration with every variable unset.
+// defaultConfig is the configuration with every variable unset: envconfig
+// reads the process environment, which must then hold none of ours (tests
+// that set some, with setExactEnv, restore it before the next test).
 func defaultConfig(t *testing.T) Config {
 	t.Helper()
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, envPrefix) {
+			t.Fatalf("the defaults need an environment without %s* variables; %s is set", envPrefix, kv)
+		}
+	}
 	var cfg Config
-	if err := readEnv(func(string) (string, bool) { return "", false }, &cfg); err != nil {
+	if err := readEnv(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// setExactEnv makes env the whole process environment, where envconfig
+// reads ours and the peer's translation writes them, until t ends. t.Setenv
+// makes t refuse t.Parallel: the environment is the process's.
+func setExactEnv(t *testing.T, env map[string]string) {
+	t.Helper()
+	t.Setenv("EXTAUTHZ_SET_EXACT_ENV", "")
+	saved := os.Environ()
+	os.Clearenv()
+	t.Cleanup(func() {
+		os.Clearenv()
+		for _, kv := range saved {
+			k, v, _ := strings.Cut(kv, "=")
+			os.Setenv(k, v)
+		}
+	})
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

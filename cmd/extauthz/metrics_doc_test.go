@@ -24,6 +24,7 @@ type documentedMetric struct {
 	labels      []string // sorted
 	redisOnly   bool
 	chargedOnly bool // exported when the policy has a charged limit
+	tlsOnly     bool // exported when the gRPC port serves TLS
 }
 
 // readmeMetrics parses the reference's metrics table.
@@ -44,6 +45,7 @@ func readmeMetrics(t *testing.T) (map[string]documentedMetric, string) {
 		sort.Strings(d.labels)
 		d.redisOnly = strings.HasPrefix(m[3], "Redis only")
 		d.chargedOnly = strings.HasPrefix(m[3], "Charged limits only")
+		d.tlsOnly = strings.HasPrefix(m[3], "gRPC TLS only")
 		out[m[1]] = d
 	}
 	if len(out) == 0 {
@@ -123,10 +125,11 @@ func exercise(t *testing.T, p *proc) {
 }
 
 // TestMetricsMatchREADME: every extauthz metric a running process exports
-// (with the embedded store and with Redis) is in the reference's table with
-// the same labels, every documented one is exported (Redis-only ones with
-// Redis), and every value of the api, outcome, event, mode and reason
-// labels seen is written in docs/reference.md.
+// (with the embedded store, with Redis, and with a TLS gRPC port) is in the
+// reference's table with the same labels, every documented one is
+// exported (Redis-only ones with Redis, TLS-only ones with TLS), and every
+// value of the api, outcome, event, mode and reason labels seen is written
+// in docs/reference.md.
 func TestMetricsMatchREADME(t *testing.T) {
 	docs, readme := readmeMetrics(t)
 	srv := redistest.Standalone(t)
@@ -160,9 +163,35 @@ func TestMetricsMatchREADME(t *testing.T) {
 		}
 		wantRouteSeries(t, mode, fams)
 		for name, d := range docs {
-			if _, ok := fams[name]; !ok && (mode == "redis" || !d.redisOnly) && (charged || !d.chargedOnly) {
+			if _, ok := fams[name]; !ok && (mode == "redis" || !d.redisOnly) && (charged || !d.chargedOnly) && !d.tlsOnly {
 				t.Errorf("%s: %s is documented but not exported", mode, name)
 			}
+		}
+	}
+	checkTLSMetrics(t, docs, readme)
+}
+
+// checkTLSMetrics: a process whose gRPC port serves TLS (listen_test.go's
+// mutual-TLS rig) exports every TLS-only metric of the table, and nothing
+// undocumented. Its gRPC APIs are not exercised here (that needs a client
+// certificate; listen_test.go does): the other modes cover those metrics.
+func checkTLSMetrics(t *testing.T, docs map[string]documentedMetric, readme string) {
+	t.Helper()
+	fams := scrape(t, startMTLS(t, "EXTAUTHZ_ADMIN_ADDR=127.0.0.1:0").p)
+	for name, fam := range fams {
+		d, ok := docs[name]
+		if !ok {
+			t.Errorf("tls: %s is exported but not in docs/reference.md", name)
+			continue
+		}
+		if got := slices.Sorted(maps.Keys(fam.labels)); !slices.Equal(got, d.labels) {
+			t.Errorf("tls: %s has labels %v, docs/reference.md says %v", name, got, d.labels)
+		}
+		checkValues(t, "tls", name, fam, readme)
+	}
+	for name, d := range docs {
+		if _, ok := fams[name]; d.tlsOnly && !ok {
+			t.Errorf("tls: %s is documented but not exported", name)
 		}
 	}
 }

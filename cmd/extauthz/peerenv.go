@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -90,16 +91,30 @@ func translatePeer(lookup peerLookup) peerEnv {
 	return e
 }
 
-// envWithPeer reads EXTAUTHZ_* variables from lookup and, where unset,
-// from the peer's translated ones: our names win when both are given.
-func envWithPeer(lookup func(string) (string, bool), peer peerEnv) func(string) (string, bool) {
-	return func(name string) (string, bool) {
-		if v, ok := lookup(name); ok {
-			return v, true
-		}
-		v, ok := peer.values[strings.TrimPrefix(name, "EXTAUTHZ_")]
-		return v, ok && strings.HasPrefix(name, "EXTAUTHZ_")
+// exportPeerEnv, where the peer's names apply (peerMode), translates them
+// and sets each resulting EXTAUTHZ_* variable that is unset in the process
+// environment, where envconfig reads ours: our names win when both are
+// given. It runs in main before anything else reads the environment.
+func exportPeerEnv(argv0 string) (peerEnv, error) {
+	if !peerMode(argv0, os.LookupEnv) {
+		return peerEnv{}, nil
 	}
+	peer := translatePeer(os.LookupEnv)
+	for name := range peer.values {
+		if _, ok := os.LookupEnv(envPrefix + name); ok { // ours win
+			delete(peer.values, name)
+			delete(peer.from, name)
+		}
+	}
+	if err := errors.Join(peer.refusals...); err != nil {
+		return peer, err
+	}
+	for name, v := range peer.values {
+		if err := os.Setenv(envPrefix+name, v); err != nil {
+			return peer, fmt.Errorf("%s%s from envoyproxy/ratelimit's %s: %w", envPrefix, name, strings.Join(peer.from[name], ", "), err)
+		}
+	}
+	return peer, nil
 }
 
 // annotate names, on each line of err about one of our variables that a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -22,5 +23,20 @@ func TestStrayVariablesDoNotConfigure(t *testing.T) {
 	}
 	if want := defaultConfig(t); !reflect.DeepEqual(cfg, want) {
 		t.Errorf("loadConfig() = %+v\nwant the defaults %+v", cfg, want)
+	}
+}
+
+// TestEveryVariableIsPrefixed: readEnv runs envconfig with no prefix of its
+// own, so a field tagged without ours would be read under a bare name (and
+// one without a tag under its field name): every tag must be a whole
+// EXTAUTHZ_ name.
+func TestEveryVariableIsPrefixed(t *testing.T) {
+	t.Parallel()
+	typ := reflect.TypeFor[Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if name := varName(f); !strings.HasPrefix(name, envPrefix) || len(name) == len(envPrefix) || name != strings.ToUpper(name) {
+			t.Errorf("Config.%s is read from %q; want an upper-case %s* tag", f.Name, name, envPrefix)
+		}
 	}
 }

@@ -11,8 +11,10 @@ import (
 )
 
 // loadAs runs loadConfigFrom as argv0 with exactly env set.
-func loadAs(argv0 string, env map[string]string) (Config, []string, error) {
-	return loadConfigFrom(argv0, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+func loadAs(t *testing.T, argv0 string, env map[string]string) (Config, []string, error) {
+	t.Helper()
+	setExactEnv(t, env)
+	return loadConfigFrom(argv0)
 }
 
 // pemFiles writes three readable files standing for a certificate, a key
@@ -162,11 +164,11 @@ func TestPeerSettingsTranslate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, warnings, err := loadAs(c.argv0, c.env)
+			want := defaultConfig(t)
+			got, warnings, err := loadAs(t, c.argv0, c.env)
 			if err != nil {
 				t.Fatalf("loadConfigFrom: %v", err)
 			}
-			want := defaultConfig(t)
 			if peerMode(c.argv0, func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }) { // the peer's counting (rlscount.go)
 				want.RLSCharge, want.RLSDefaultAlgorithm = "always", "fixed_window"
 			}
@@ -194,7 +196,7 @@ func TestPeerSettingsWarn(t *testing.T) {
 		"USE_DOG_STATSD": "false", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true", "PROMETHEUS_PATH": "/metrics",
 		"BACKEND_TYPE": "redis", "REDIS_PERSECOND": "false",
 	}
-	_, warnings, err := loadAs("ratelimit", env)
+	_, warnings, err := loadAs(t, "ratelimit", env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,7 @@ func TestPeerSettingsRefuse(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := loadAs("ratelimit", c.env)
+			_, _, err := loadAs(t, "ratelimit", c.env)
 			if err == nil {
 				t.Fatal("started, want a refusal")
 			}
@@ -250,7 +252,7 @@ func TestPeerSettingsRefuse(t *testing.T) {
 
 // Our own checks name the peer's variables a bad value came from.
 func TestPeerSettingsNameTheirSource(t *testing.T) {
-	_, _, err := loadAs("ratelimit", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/nonexistent/tls.crt",
+	_, _, err := loadAs(t, "ratelimit", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/nonexistent/tls.crt",
 		"GRPC_SERVER_TLS_KEY": "/nonexistent/tls.key", "NEAR_LIMIT_RATIO": "2"})
 	if err == nil {
 		t.Fatal("started with missing certificate files")

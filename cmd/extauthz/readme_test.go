@@ -44,7 +44,7 @@ func TestREADMEListsEveryVariable(t *testing.T) {
 	typ := reflect.TypeFor[Config]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)
-		name := f.Tag.Get("envconfig")
+		name := strings.TrimPrefix(varName(f), envPrefix)
 		v, ok := documented[name]
 		switch {
 		case !ok:

@@ -34,7 +34,7 @@ func TestRLSCountingDefaults(t *testing.T) {
 			ratelimit.FixedWindow, rls.ChargeAlways},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg, _, err := loadAs(c.argv0, c.env)
+			cfg, _, err := loadAs(t, c.argv0, c.env)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func TestRLSCountingRejectsBadValues(t *testing.T) {
 		"EXTAUTHZ_RLS_DEFAULT_ALGORITHM":          "EXTAUTHZ_RLS_DEFAULT_ALGORITHM=\"sometimes\": want empty, gcra, sliding_log, sliding_window or fixed_window",
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=\"sometimes\": want true or false",
 	} {
-		_, _, err := loadAs("ratelimit", map[string]string{env: "sometimes"})
+		_, _, err := loadAs(t, "ratelimit", map[string]string{env: "sometimes"})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=sometimes: %v, want %q", env, err, want)
 		}

@@ -14,7 +14,8 @@ const (
 // neverReplayed lists response headers that are never stored or replayed,
 // whatever a route's allow-list says: they carry credentials or cookies of
 // the first caller, describe the first connection (hop-by-hop), or belong
-// to the current response (Date, Content-Length, rate-limit state).
+// to the current response (Date, Content-Length, rate-limit state, a
+// cache's X-Cache-Lookup, which a replay sets itself when asked to).
 var neverReplayed = map[string]bool{
 	"set-cookie": true, "set-cookie2": true, "cookie": true,
 	"authorization": true, "proxy-authorization": true,
@@ -23,7 +24,7 @@ var neverReplayed = map[string]bool{
 	"transfer-encoding": true, "te": true, "trailer": true, "upgrade": true,
 	"date": true, "content-length": true, "age": true,
 	"ratelimit": true, "ratelimit-policy": true, "retry-after": true,
-	"idempotent-replayed": true, "idempotency-key": true,
+	"idempotent-replayed": true, "idempotency-key": true, "x-cache-lookup": true,
 	"x-request-id": true, "traceparent": true, "tracestate": true, "b3": true,
 	"alt-svc": true, "server": true, "via": true,
 }

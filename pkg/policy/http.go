@@ -40,8 +40,24 @@ func (d *decoder) http(f field) *HTTP {
 		if r.HeaderStyle == "" {
 			r.HeaderStyle = h.HeaderStyle.OrDefault()
 		}
+		d.keyHeaderNotIdentity(r, h.Identity)
 	}
 	return h
+}
+
+// keyHeaderNotIdentity refuses a route whose key_header is a header the
+// identity chain reads: the key would be the same on every request of a
+// caller, and each request after the first would get the first's reply.
+func (d *decoder) keyHeaderNotIdentity(r *Route, id Identity) {
+	if r.Idempotency == nil || r.Idempotency.keyHeaderLine == 0 {
+		return
+	}
+	for _, s := range id.Sources {
+		if s.Header != "" && s.Header == r.Idempotency.KeyHeader {
+			d.problem(r.Idempotency.keyHeaderLine, r.Idempotency.keyHeaderPath, "%s names the caller (http.identity): a key must name one operation", s.Header)
+			return
+		}
+	}
 }
 
 func (d *decoder) tenant(f field, t *TenantSource) {

@@ -19,6 +19,9 @@ const (
 	DefaultMaxStoredBodyBytes = 100 << 20
 )
 
+// DefaultKeyHeader carries the key when a route names no key_header.
+const DefaultKeyHeader = "idempotency-key"
+
 // Key scopes: which requests share an Idempotency-Key.
 const (
 	// KeyScopeTenant: one key names one operation across the tenant's
@@ -46,7 +49,7 @@ func (d *decoder) idempotency(f field) *Idempotency {
 		Methods: []string{"POST", "PATCH"}, LeaseTTL: DefaultLeaseTTL, RecordTTL: DefaultRecordTTL,
 		StoreStatuses: []string{"2xx"}, MaxBodyBytes: DefaultMaxBodyBytes,
 		MaxStoredBodyBytes: DefaultMaxStoredBodyBytes, KeyScope: KeyScopeTenant,
-		ReplayHeaders: DefaultReplayHeaders(),
+		ReplayHeaders: DefaultReplayHeaders(), KeyHeader: DefaultKeyHeader,
 	}
 	var storedLine int
 	var storedPath string
@@ -78,6 +81,10 @@ func (d *decoder) idempotency(f field) *Idempotency {
 			id.FingerprintHeaders = d.headerNames(kv)
 		case "failure_mode":
 			id.FailClosed = d.failureMode(kv)
+		case "key_header":
+			id.KeyHeader, id.keyHeaderLine, id.keyHeaderPath = d.keyHeader(kv), kv.line, kv.path
+		case "x_cache_lookup":
+			id.CacheLookupMarker = d.boolean(kv)
 		default:
 			d.unknown(kv)
 		}
@@ -89,6 +96,25 @@ func (d *decoder) idempotency(f field) *Idempotency {
 		d.problem(storedLine, storedPath, "must be at least max_body_bytes (%d), got %d", id.MaxBodyBytes, id.MaxStoredBodyBytes)
 	}
 	return id
+}
+
+// notKeyHeaders are request headers that cannot carry a key a client
+// chose for one operation: the same on every request of a client
+// (content-type, user-agent), set or rewritten by proxies (host,
+// forwarded), or credentials, which the stores would keep in clear.
+var notKeyHeaders = []string{
+	"host", "content-type", "content-encoding", "accept", "accept-encoding", "user-agent",
+	"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
+	"x-api-key", "api-key",
+}
+
+// keyHeader reads key_header: a header name a client sets per operation.
+func (d *decoder) keyHeader(f field) string {
+	name := d.headerName(f)
+	if name != DefaultKeyHeader && (idempotency.NeverReplayed(name) || slices.Contains(notKeyHeaders, name)) {
+		d.problem(f.line, f.path, "%s cannot carry an idempotency key: it is a credential, describes the connection, or is the same on every request", name)
+	}
+	return name
 }
 
 func (d *decoder) keyScope(f field) string {

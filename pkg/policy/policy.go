@@ -234,6 +234,18 @@ type Idempotency struct {
 	FingerprintHeaders []string
 	// FailClosed answers 503 when the store is down; default admits without a lease.
 	FailClosed bool
+	// KeyHeader is the request header that carries the key, lower case;
+	// default idempotency-key (DefaultKeyHeader). Webhook senders put
+	// theirs in webhook-id (Standard Webhooks) or a header of their own.
+	KeyHeader string
+	// CacheLookupMarker adds X-Cache-Lookup: HIT-IDEMPOTENT to every replay,
+	// beside Idempotent-Replayed: true, for clients and logs that tell
+	// cached answers by it.
+	CacheLookupMarker bool
 
 	statuses statusSet
+	// keyHeaderLine and keyHeaderPath are where key_header was given
+	// (line 0: not given), for the check against the identity's headers.
+	keyHeaderLine int
+	keyHeaderPath string
 }

@@ -43,6 +43,7 @@ var idempotencyScenarios = func() []scenario {
 			scenario{w.name + "/tenant_isolation", func(t *testing.T, s *stack) { testTenantIsolation(t, s, w) }},
 			scenario{w.name + "/upstream_reset_never_reruns", func(t *testing.T, s *stack) { testUpstreamReset(t, s, w) }},
 			scenario{w.name + "/binary_body_replayed_byte_for_byte", func(t *testing.T, s *stack) { testBinaryReplay(t, s, w) }},
+			scenario{w.name + "/webhook_id_key_and_cache_lookup_marker", func(t *testing.T, s *stack) { testWebhookKey(t, s, w) }},
 		)
 	}
 	return out
@@ -99,6 +100,41 @@ func testReplay(t *testing.T, s *stack, w wiring) {
 	wantReplayOf(t, first, again)
 	if n := s.up.Executions(tenant, key); n != 1 {
 		t.Errorf("upstream executed %d times, want 1", n)
+	}
+}
+
+// A webhook receiver's route (key_header: webhook-id, x_cache_lookup:
+// true): the sender's retry is replayed by its webhook-id, marked both
+// ways; another delivery runs though it carries the same Idempotency-Key
+// (which the upstream counts executions by, and extauthz ignores here);
+// none without a webhook-id runs.
+func testWebhookKey(t *testing.T, s *stack, w wiring) {
+	tenant, key, id := uniq("ti"), uniq("key"), uniq("msg")
+	hook := func(webhookID string) req {
+		r := post(wiring{w.name, w.path + "/hooks"}, tenant, key, `{"type":"invoice.paid"}`, upstream.HeaderStatus, "201")
+		if webhookID != "" {
+			r.header["webhook-id"] = webhookID
+		}
+		return r
+	}
+	first := s.do(t, hook(id))
+	if first.status != http.StatusCreated || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first delivery: got %s, want a fresh 201", first)
+	}
+	again := s.do(t, hook(id))
+	wantReplayOf(t, first, again)
+	if v := again.header.Values("X-Cache-Lookup"); len(v) != 1 || v[0] != "HIT-IDEMPOTENT" {
+		t.Errorf("replay X-Cache-Lookup %q, want [HIT-IDEMPOTENT]", v)
+	}
+	if n := s.up.Executions(tenant, key); n != 1 {
+		t.Fatalf("upstream executed %d times after a retry, want 1", n)
+	}
+	if r := s.do(t, hook(uniq("msg"))); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("another delivery: got %s, want a fresh 201", r)
+	}
+	wantProblem(t, s.do(t, hook("")), http.StatusBadRequest)
+	if n := s.up.Executions(tenant, key); n != 2 {
+		t.Errorf("upstream executed %d times, want 2 (two deliveries)", n)
 	}
 }
 

@@ -96,11 +96,17 @@ func collectVars(t testing.TB, structs map[string]*ast.StructType, st *ast.Struc
 			if key == "" {
 				key = strings.ToUpper(name.Name)
 			}
+			// A tag may give the whole name, prefix included (Config's do:
+			// envconfig reads them with no prefix of its own).
+			full := prefix + key
+			if strings.HasPrefix(key, envPrefix) {
+				full = key
+			}
 			if nested, ok := structs[typ]; ok {
-				collectVars(t, structs, nested, prefix+key+"_", out)
+				collectVars(t, structs, nested, full+"_", out)
 				continue
 			}
-			out[prefix+key] = envVar{Name: prefix + key, Type: typ, Default: tag.Get("default")}
+			out[full] = envVar{Name: full, Type: typ, Default: tag.Get("default")}
 		}
 	}
 }

@@ -2,7 +2,7 @@ package authz
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,12 +14,28 @@ import (
 
 // Request headers read for idempotency.
 const (
-	// HeaderIdempotencyKey carries the client's key.
-	HeaderIdempotencyKey = "idempotency-key"
+	// HeaderIdempotencyKey carries the client's key, unless the route's
+	// key_header names another.
+	HeaderIdempotencyKey = policy.DefaultKeyHeader
 	// HeaderIdempotentReplayed marks a replayed response (Stripe's name;
 	// the IETF draft defines none). Its value is "true".
 	HeaderIdempotentReplayed = "idempotent-replayed"
+	// HeaderCacheLookup, with CacheLookupReplay, also marks a replay on
+	// routes with x_cache_lookup: true, for clients and logs that tell
+	// cached answers by it (Squid's and many CDNs' header).
+	HeaderCacheLookup = "x-cache-lookup"
+	CacheLookupReplay = "HIT-IDEMPOTENT"
 )
+
+// replayMarkers are the headers that mark a replay on route id (nil: the
+// route left the policy since; the one marker every replay carries).
+func replayMarkers(id *policy.Idempotency) [][2]string {
+	m := [][2]string{{HeaderIdempotentReplayed, "true"}}
+	if id != nil && id.CacheLookupMarker {
+		m = append(m, [2]string{HeaderCacheLookup, CacheLookupReplay})
+	}
+	return m
+}
 
 // headerList is a request's or response's headers, names lower-cased, in
 // arrival order; a name may repeat.
@@ -131,19 +147,29 @@ func applies(route *policy.Route, method string) *policy.Idempotency {
 	return route.Idempotency
 }
 
-// key validates the request's Idempotency-Key. It returns the key, or a
-// 400 reply, or neither when the key is absent from an optional route.
+// keyHeader is the header that carries route id's key.
+func keyHeaderOf(id *policy.Idempotency) string {
+	if id.KeyHeader == "" { // a Policy built in Go, not decoded
+		return HeaderIdempotencyKey
+	}
+	return id.KeyHeader
+}
+
+// key validates the request's key, in the route's key header
+// (Idempotency-Key unless key_header names another). It returns the key,
+// or a 400 reply, or neither when the key is absent from an optional route.
 func (g *gate) key(at eventSite, id *policy.Idempotency, hs headerList) (string, *reply) {
-	vs := hs.values(HeaderIdempotencyKey)
+	header := keyHeaderOf(id)
+	vs := hs.values(header)
 	switch {
 	case len(vs) == 0 && id.KeyRequired:
 		g.count(at, idempotency.EventMissing)
-		return "", problemKeyMissing()
+		return "", problemKeyMissing(header)
 	case len(vs) == 0:
 		return "", nil
 	case len(vs) > 1:
 		g.count(at, idempotency.EventMalformed)
-		return "", problemKeyMalformed(errors.New("the Idempotency-Key field is repeated"))
+		return "", problemKeyMalformed(fmt.Errorf("the %s field is repeated", header))
 	}
 	k, err := idempotency.ParseKey(vs[0])
 	if err != nil {
@@ -239,14 +265,16 @@ func keyScope(tenant string, route *policy.Route) string {
 
 // replayReply renders a stored response for replay: its status, body and
 // allow-listed headers (filtered again, in case the allow-list shrank since
-// it was stored), plus Idempotent-Replayed: true.
+// it was stored), plus the replay markers (Idempotent-Replayed: true, and
+// X-Cache-Lookup: HIT-IDEMPOTENT where the route asks).
 func replayReply(id *policy.Idempotency, resp idempotency.Response) *reply {
 	hs := idempotency.ReplayHeaders(resp.Headers, id.ReplayHeader)
-	r := &reply{status: resp.Status, body: resp.Body, headers: make([][2]string, 0, len(hs)+1)}
+	markers := replayMarkers(id)
+	r := &reply{status: resp.Status, body: resp.Body, headers: make([][2]string, 0, len(hs)+len(markers))}
 	for _, h := range hs {
 		r.headers = append(r.headers, [2]string{h.Name, h.Value})
 	}
-	r.headers = append(r.headers, [2]string{HeaderIdempotentReplayed, "true"})
+	r.headers = append(r.headers, markers...)
 	return r
 }
 
@@ -260,8 +288,15 @@ func (g *gate) replayTicket(route string, id *policy.Idempotency, res gateResult
 		return replayMark{}, problemReplayUnavailable()
 	}
 	var hs []idempotency.Header
+	keyHeader := HeaderIdempotencyKey
 	if id != nil { // nil: the route vanished since; replay no headers
 		hs = idempotency.ReplayHeaders(res.stored.Headers, id.ReplayHeader)
+		keyHeader = keyHeaderOf(id)
 	}
-	return replayMark{ticket: g.replay.issue(route, res.scope, res.key, res.stored, hs), scope: g.replay.scopeProof(res.scope)}, nil
+	// The endpoint sets Idempotent-Replayed itself; the ticket carries the
+	// route's other markers, as it carries its headers.
+	for _, m := range replayMarkers(id)[1:] {
+		hs = append(hs, idempotency.Header{Name: m[0], Value: m[1]})
+	}
+	return replayMark{ticket: g.replay.issue(route, res.scope, res.key, keyHeader, res.stored, hs), scope: g.replay.scopeProof(res.scope)}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/extauthz/extauthz/pkg/envoy"
+	"github.com/extauthz/extauthz/pkg/policy"
 )
 
 // ContentTypeProblem is the media type of RFC 9457 problem details.
@@ -107,9 +108,14 @@ func retryAfter(d time.Duration) [2]string {
 	return [2]string{envoy.HeaderRetryAfter, strconv.FormatInt(max(envoy.CeilSeconds(d), 1), 10)}
 }
 
-func problemKeyMissing() *reply {
-	return problemReply(Problem{Type: ProblemKeyMissing, Title: "Idempotency-Key is missing", Status: 400,
-		Detail: "This operation requires an Idempotency-Key header."})
+// problemKeyMissing names the route's key header, when it is not
+// Idempotency-Key, so that a webhook sender's operator sees which one.
+func problemKeyMissing(header string) *reply {
+	detail := "This operation requires an Idempotency-Key header."
+	if header != policy.DefaultKeyHeader {
+		detail = "This operation requires an idempotency key in the " + header + " header."
+	}
+	return problemReply(Problem{Type: ProblemKeyMissing, Title: "Idempotency-Key is missing", Status: 400, Detail: detail})
 }
 
 func problemKeyMalformed(err error) *reply {

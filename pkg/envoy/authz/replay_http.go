@@ -104,7 +104,7 @@ func (h *ReplayHandler) ticket(req *http.Request) (ticket, idempotency.Event) {
 	if err != nil {
 		return ticket{}, EventReplayForbidden
 	}
-	keys := req.Header.Values(HeaderIdempotencyKey)
+	keys := req.Header.Values(t.keyHeader())
 	if len(keys) != 1 {
 		return t, EventReplayForbidden
 	}

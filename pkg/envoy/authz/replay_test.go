@@ -38,6 +38,12 @@ type replayEnv struct {
 
 func startReplay(t *testing.T, withReplay bool) *replayEnv {
 	t.Helper()
+	return startReplayPolicy(t, idemPolicy, withReplay)
+}
+
+// startReplayPolicy is startReplay with the policy yaml.
+func startReplayPolicy(t *testing.T, yaml string, withReplay bool) *replayEnv {
+	t.Helper()
 	tc := testclock.New(time.Now())
 	r, err := NewReplayer([]byte(strings.Repeat("s", MinReplaySecret)), tc.Now)
 	if err != nil {
@@ -47,7 +53,7 @@ func startReplay(t *testing.T, withReplay bool) *replayEnv {
 	if withReplay {
 		opts = append(opts, WithReplay(r))
 	}
-	e := &replayEnv{idemEnv: startIdemStore(t, idemPolicy, nil, opts...), blobs: blobtest.New(), replayer: r, tclock: tc}
+	e := &replayEnv{idemEnv: startIdemStore(t, yaml, nil, opts...), blobs: blobtest.New(), replayer: r, tclock: tc}
 	h, err := NewReplayHandler(r, e.blobs, e.events)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +186,7 @@ func TestReplayTicketIsUnforgeable(t *testing.T) {
 		tk, _ := e.replayer.verify(good)
 		ref = tk.Ref
 	}
-	foreign := other.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &ref}, nil)
+	foreign := other.issue("orders", "acme", "k1", HeaderIdempotencyKey, idempotency.Response{Status: 201, BodyRef: &ref}, nil)
 	payload, sig, _ := strings.Cut(good, ".")
 	var tk map[string]any
 	raw, _ := decodeB64(payload)
@@ -220,7 +226,7 @@ func TestReplayMissingOrCorruptBody(t *testing.T) {
 	bad := ref
 	bad.SHA256 = sha([]byte("other"))
 	corrupt := good
-	corrupt.ticket = e.replayer.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &bad}, nil)
+	corrupt.ticket = e.replayer.issue("orders", "acme", "k1", HeaderIdempotencyKey, idempotency.Response{Status: 201, BodyRef: &bad}, nil)
 	// A store that detects it on Open gives 503; one that detects it at
 	// EOF (S3: after the status went out) cuts the connection. Never a
 	// complete 201.
@@ -288,7 +294,7 @@ var base64RawURL = base64.RawURLEncoding
 func TestExtProcLetsMarkedReplayThrough(t *testing.T) {
 	e := startReplay(t, true)
 	s := e.open(t)
-	ticket := e.replayer.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &blob.Ref{}}, nil)
+	ticket := e.replayer.issue("orders", "acme", "k1", HeaderIdempotencyKey, idempotency.Response{Status: 201, BodyRef: &blob.Ref{}}, nil)
 	r := s.send(reqHeaders(filterv3.ProcessingMode_NONE, false, nil, ":method", "POST", ":path", "/orders/1", "x-tenant-id", "acme",
 		"idempotency-key", "k1", HeaderReplayTicket, ticket))
 	if r.GetRequestHeaders() == nil || r.GetRequestHeaders().GetResponse() != nil {

@@ -59,6 +59,17 @@ type ticket struct {
 	// Route is the policy route's name, the endpoint's metric label
 	// (empty in tickets of older replicas: counted as UnknownRoute).
 	Route string `json:"route,omitempty"`
+	// KeyHeader is the request header that carries Key, the route's
+	// key_header (empty: Idempotency-Key, and in older replicas' tickets).
+	KeyHeader string `json:"key_header,omitempty"`
+}
+
+// keyHeader is the request header the endpoint reads the key from.
+func (t ticket) keyHeader() string {
+	if t.KeyHeader == "" {
+		return HeaderIdempotencyKey
+	}
+	return t.KeyHeader
 }
 
 // Ticket errors; the endpoint answers each with 403 and never says which.
@@ -97,8 +108,11 @@ func NewReplayer(secret []byte, now func() time.Time) (*Replayer, error) {
 
 // issue signs a ticket for a stored response whose body is in object
 // storage: base64url(JSON) "." base64url(HMAC-SHA256(secret, JSON)).
-func (r *Replayer) issue(route, scope, key string, resp idempotency.Response, hs []idempotency.Header) string {
-	t := ticket{Expires: r.now().Add(r.ttl).Unix(), Scope: scope, Key: key, Status: resp.Status, Headers: hs, Ref: *resp.BodyRef, Route: route}
+func (r *Replayer) issue(route, scope, key, keyHeader string, resp idempotency.Response, hs []idempotency.Header) string {
+	if keyHeader == HeaderIdempotencyKey {
+		keyHeader = "" // the default, as older replicas' tickets say it
+	}
+	t := ticket{Expires: r.now().Add(r.ttl).Unix(), Scope: scope, Key: key, Status: resp.Status, Headers: hs, Ref: *resp.BodyRef, Route: route, KeyHeader: keyHeader}
 	payload, _ := json.Marshal(t) // strings, ints: always encodes
 	enc := base64.RawURLEncoding
 	return enc.EncodeToString(payload) + "." + enc.EncodeToString(r.mac(payload))

@@ -22,7 +22,7 @@ func TestReplayTicketExpiresAtItsSecond(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tk := r.issue("orders", "acme", "k1", idempotency.Response{Status: 201, BodyRef: &blob.Ref{}}, nil)
+		tk := r.issue("orders", "acme", "k1", HeaderIdempotencyKey, idempotency.Response{Status: 201, BodyRef: &blob.Ref{}}, nil)
 		lastSecond := t0.Add(DefaultTicketTTL).Truncate(time.Second)
 		for _, c := range []struct {
 			at   time.Time
