@@ -1,8 +1,8 @@
 package region
 
 import (
-	_ "embed"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/internal/redisscript"
+	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/internal/testclock"
 )
 
@@ -238,4 +238,3 @@ func (s *sim) totals(from, to int64) []int64 {
 	}
 	return out
 }
-

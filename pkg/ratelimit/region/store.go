@@ -7,7 +7,6 @@ import (
 
 	"github.com/extauthz/extauthz/internal/keypart"
 	"github.com/extauthz/extauthz/internal/redisclient"
-	"github.com/extauthz/extauthz/internal/redisscript"
 )
 
 // clock gives the scripts their "now": empty means Redis's own clock
@@ -58,4 +57,3 @@ func strs(v any) []string {
 	return out
 }
 
-var _ redisscript.Processor = nil
