@@ -56,4 +56,3 @@ func strs(v any) []string {
 	}
 	return out
 }
-
