@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/extauthz/extauthz/internal/redisscript"
 	"github.com/extauthz/extauthz/internal/redistest"
 	"github.com/extauthz/extauthz/internal/testclock"
