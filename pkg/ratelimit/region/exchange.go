@@ -221,5 +221,5 @@ func (e *Exchanger) snapshot() map[string]Rule {
 // the key is exchanged. Nothing here crosses a region.
 func (e *Exchanger) Decide(ctx context.Context, k string, r Rule, hits int64) (Result, error) {
 	e.Track(k, r)
-	return e.local.Decide(ctx, k, r, e.topo, hits)
+	return e.local.Decide(ctx, k, r, e.topo, hits, "i")
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/extauthz/extauthz/internal/redisscript"
 )
 
@@ -67,11 +69,19 @@ func (l *Local) Key(k string) string { return key(l.prefix, "rgl", k) }
 
 // Decide admits hits of key k when the region's cap for the current window
 // has room: one script on the region's Redis, nothing across regions.
-func (l *Local) Decide(ctx context.Context, k string, r Rule, t Topology, hits int64) (Result, error) {
-	if hits < 0 {
+//
+// mode is how hits are charged, as ratelimit.ChargeMode says: "i" if
+// admitted (the default), "n" never (a check), "a" always (negative hits
+// refund). Only "i" and "n" keep the bound strict: "a" charges a cost
+// known after the fact even past the cap.
+func (l *Local) Decide(ctx context.Context, k string, r Rule, t Topology, hits int64, mode string) (Result, error) {
+	if hits < 0 && mode != "a" {
 		return Result{}, fmt.Errorf("%w: hits must not be negative, got %d", ErrInvalid, hits)
 	}
-	args := []any{i64(hits), i64(r.PeriodMS()), i64(r.FloorHits()), ms(keyTTL(r, t)), l.now.arg()}
+	if mode == "" {
+		mode = "i"
+	}
+	args := []any{i64(hits), i64(r.PeriodMS()), i64(r.FloorHits()), ms(keyTTL(r, t)), l.now.arg(), mode}
 	v, err := localDecideScript.Run(ctx, l.client, []string{l.Key(k)}, args).Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("region: decide: %w", err)
@@ -133,4 +143,30 @@ func (l *Local) setCaps(ctx context.Context, k, owner, mode string, r Rule, t To
 		return 0, 0, fmt.Errorf("region: set caps: malformed reply %q", a)
 	}
 	return n0, n1, nil
+}
+
+// resetCount forgets what the region admitted of k in the window that now
+// holds (by the region's Redis clock).
+func (l *Local) resetCount(ctx context.Context, k string, r Rule) error {
+	now, err := l.storeNow(ctx)
+	if err != nil {
+		return err
+	}
+	cmd := redis.NewIntCmd(ctx, "hdel", l.Key(k), "u:"+i64(r.Window(now)))
+	if err := l.client.Process(ctx, cmd); err != nil {
+		return fmt.Errorf("region: reset: %w", err)
+	}
+	return nil
+}
+
+// storeNow is the region Redis's clock (or the test clock).
+func (l *Local) storeNow(ctx context.Context) (time.Time, error) {
+	if l.now != nil {
+		return l.now(), nil
+	}
+	cmd := redis.NewTimeCmd(ctx, "time")
+	if err := l.client.Process(ctx, cmd); err != nil {
+		return time.Time{}, fmt.Errorf("region: time: %w", err)
+	}
+	return cmd.Val(), nil
 }

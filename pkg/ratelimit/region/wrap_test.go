@@ -1,0 +1,70 @@
+package region
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/extauthz/extauthz/internal/redistest"
+	"github.com/extauthz/extauthz/internal/testclock"
+	"github.com/extauthz/extauthz/pkg/ratelimit"
+	"github.com/extauthz/extauthz/pkg/ratelimit/memstore"
+)
+
+// The store decides a request's global limit from the region's share and
+// its other limits in the inner store; a request the global limit denies
+// charges nothing to the others.
+func TestStoreSplitsGlobalFromRegional(t *testing.T) {
+	ctx := context.Background()
+	clock := testclock.New(time.UnixMilli(1_800_000_000_000))
+	l, g := newTestPair(t, redistest.Standalone(t).Client(), clock, "eu")
+	ex, err := NewExchanger(testTopo, l, g, "replica-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := memstore.New(memstore.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStore(inner, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	global := ratelimit.Limit{Name: "g", Algorithm: ratelimit.FixedWindow, Requests: 100, Period: time.Minute, Scope: ratelimit.Global, Floor: 0.02}
+	regional := ratelimit.Limit{Name: "r", Algorithm: ratelimit.FixedWindow, Requests: 1000, Period: time.Hour}
+	req := ratelimit.Request{Key: "tenant-a", Limits: []ratelimit.Limit{regional, global}, Hits: 1}
+	// Before any exchange the region may admit its floor: 2.
+	for i := range 3 {
+		ds, err := s.AllowBatch(ctx, []ratelimit.Request{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i < 2; ds[0].Allowed != want || ds[0].Results[1].Allowed != want || ds[0].Results[1].Limit != 100 {
+			t.Fatalf("decision %d before any exchange: %+v, want allowed=%v (floor 2)", i, ds[0], want)
+		}
+	}
+	// The denied third request charged nothing to the regional limit.
+	if res, _ := inner.Allow(ctx, "tenant-a", regional, 0); res.Remaining != 998 {
+		t.Errorf("regional limit remaining %d, want 998 (the denied request not charged)", res.Remaining)
+	}
+	// One exchange: the region alone reports demand and gets the limit
+	// less us's floor.
+	if _, err := ex.Step(ctx, globalKey("tenant-a", global), s.ruleOf(global)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Allow(ctx, "tenant-a", global, 1)
+	if err != nil || !res.Allowed || res.Remaining != 98-3 {
+		t.Fatalf("after the exchange: %+v, %v; want allowed with 95 left of 98", res, err)
+	}
+	// Reset forgets the region's count of the window.
+	if err := s.Reset(ctx, []ratelimit.Request{req}); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := s.Allow(ctx, "tenant-a", global, 0); res.Remaining != 98 {
+		t.Errorf("after reset: remaining %d, want 98", res.Remaining)
+	}
+	if keys := s.StateKeys(req); keys[1] != l.Key(globalKey("tenant-a", global)) || keys[0] == "" {
+		t.Errorf("state keys %q", keys)
+	}
+}
