@@ -44,11 +44,11 @@ func regionStack(store ratelimit.Store, local redis.UniversalClient, cfg Config,
 	if cfg.GlobalRedisURL == "" {
 		return store, nil
 	}
-	// The global store is across a WAN: its timeouts are the exchange's,
-	// never a request's.
+	// The global store is across a WAN: its timeouts are the exchange's
+	// (bounded by the lease), never a request's.
 	client, err := redisclient.New(redisclient.Options{
 		URL: cfg.GlobalRedisURL, Cluster: cfg.GlobalRedisCluster,
-		DialTimeout: cfg.RegionExchangeInterval, ReadTimeout: cfg.RegionExchangeInterval, WriteTimeout: cfg.RegionExchangeInterval,
+		DialTimeout: cfg.RegionLease, ReadTimeout: cfg.RegionLease, WriteTimeout: cfg.RegionLease,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("EXTAUTHZ_GLOBAL_REDIS_URL: %w", err)

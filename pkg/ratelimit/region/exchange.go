@@ -82,11 +82,11 @@ type Outcome struct {
 // grow the global grant, then mirror it locally. An error leaves the local
 // caps at or below the global grants: a failed step never admits more.
 func (e *Exchanger) Step(ctx context.Context, k string, r Rule) (Outcome, error) {
-	now, asked, ok, err := e.local.claim(ctx, k, e.owner, r, e.topo)
+	c, ok, err := e.local.claim(ctx, k, e.owner, r, e.topo)
 	if err != nil || !ok {
 		return Outcome{}, err
 	}
-	out := Outcome{Owner: true, Demand: e.observe(k, r, asked, now)}
+	out := Outcome{Owner: true, Demand: e.observe(k, r, c.asked, c.now)}
 	view, err := e.global.Report(ctx, k, r, e.topo, out.Demand)
 	if err != nil {
 		return out, err
@@ -95,6 +95,9 @@ func (e *Exchanger) Step(ctx context.Context, k string, r Rule) (Outcome, error)
 	out.Target = Target(view.Demands, r, e.topo)
 	own := view.Grants[e.topo.Region]
 	ask := Ask{Window: w, Want: out.Target, WantNext: out.Target, Gen: own.Gen}
+	if c.window == w {
+		ask.Want = rest(r, out.Target, out.Demand, c.used, view.Now)
+	}
 	if ask.Want < own.For(w) || ask.WantNext < own.For(w+1) {
 		ask.Want, ask.WantNext, err = e.local.setCaps(ctx, k, e.owner, "lower", r, e.topo, w,
 			min(ask.Want, own.For(w)), min(ask.WantNext, own.For(w+1)))
@@ -113,6 +116,33 @@ func (e *Exchanger) Step(ctx context.Context, k string, r Rule) (Outcome, error)
 	}
 	return out, nil
 }
+
+// rest is what a region asks for the rest of the current window. Its fair
+// share, except: a region whose demand is within its share gives back what
+// its projection (admitted so far plus demand over the time left, with
+// headroom) says it will not use; a region whose demand is above its share
+// asks for its projection, which the allocator grants only from room no
+// region holds (what others gave back). So a window's budget unused by one
+// region is used by another within the window, and no region takes what
+// another holds. The next window starts again from the fair shares.
+func rest(r Rule, share int64, demand float64, used int64, now time.Time) int64 {
+	if math.IsInf(demand, 1) {
+		return share
+	}
+	left := float64(r.Window(now)+1)*float64(r.Period) - float64(now.UnixNano())
+	projected := float64(used) + demand*left/float64(r.Period)
+	if demand <= float64(share) {
+		return min(share, max(used, int64(math.Ceil(projected*restHeadroom))+restSlack))
+	}
+	return max(share, min(int64(math.Ceil(projected)), r.Limit))
+}
+
+// restHeadroom and restSlack keep what a region gives back of a window
+// below its projection: demand is measured over one interval and varies.
+const (
+	restHeadroom = 1.25
+	restSlack    = 2
+)
 
 // observe measures k's demand in hits per window from the hits asked since
 // the last step; +Inf (not measured yet: compete for a fair share) on the
@@ -192,7 +222,9 @@ func (e *Exchanger) Round(ctx context.Context, parallel int, onErr func(key stri
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			sctx, cancel := context.WithTimeout(ctx, e.topo.Interval)
+			// Two WAN round trips: bounded by the lease, not the interval,
+			// which may be shorter than they are.
+			sctx, cancel := context.WithTimeout(ctx, e.topo.Lease)
 			defer cancel()
 			if _, err := e.Step(sctx, k, r); err != nil && onErr != nil {
 				onErr(k, err)

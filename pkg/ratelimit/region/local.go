@@ -97,28 +97,37 @@ func (l *Local) Decide(ctx context.Context, k string, r Rule, t Topology, hits i
 	return Result{Allowed: n[0] == 1, Cap: n[1], Remaining: n[2], ResetAfter: time.Duration(n[3]) * time.Millisecond}, nil
 }
 
-// claim takes or renews owner's exchanger lease of k and returns the
-// region store's now and the hits asked so far; ok false when another
+// claimed is what claim reads: the region store's now, the hits asked so
+// far and the hits admitted in the current window.
+type claimed struct {
+	now           time.Time
+	asked, window int64
+	used          int64
+}
+
+// claim takes or renews owner's exchanger lease of k; ok false when another
 // replica holds the lease.
-func (l *Local) claim(ctx context.Context, k, owner string, r Rule, t Topology) (now time.Time, asked int64, ok bool, err error) {
-	args := []any{owner, ms(3 * t.Interval), ms(keyTTL(r, t)), l.now.arg()}
+func (l *Local) claim(ctx context.Context, k, owner string, r Rule, t Topology) (c claimed, ok bool, err error) {
+	args := []any{owner, ms(3 * t.Interval), ms(keyTTL(r, t)), l.now.arg(), i64(r.PeriodMS())}
 	v, err := localClaimScript.Run(ctx, l.client, []string{l.Key(k)}, args).Result()
 	if err != nil {
-		return time.Time{}, 0, false, fmt.Errorf("region: claim: %w", err)
+		return claimed{}, false, fmt.Errorf("region: claim: %w", err)
 	}
 	a := strs(v)
 	if len(a) == 1 && a[0] == "0" {
-		return time.Time{}, 0, false, nil
+		return claimed{}, false, nil
 	}
-	if len(a) != 3 {
-		return time.Time{}, 0, false, fmt.Errorf("region: claim: malformed reply %q", a)
+	if len(a) != 4 {
+		return claimed{}, false, fmt.Errorf("region: claim: malformed reply %q", a)
 	}
-	nowMS, err1 := strconv.ParseInt(a[1], 10, 64)
-	asked, err2 := strconv.ParseInt(a[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		return time.Time{}, 0, false, fmt.Errorf("region: claim: malformed reply %q", a)
+	var n [3]int64
+	for i, s := range a[1:] {
+		if n[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return claimed{}, false, fmt.Errorf("region: claim: malformed reply %q", a)
+		}
 	}
-	return time.UnixMilli(nowMS), asked, true, nil
+	now := time.UnixMilli(n[0])
+	return claimed{now: now, asked: n[1], used: n[2], window: r.Window(now)}, true, nil
 }
 
 // setCaps writes the caps of windows w and w+1: "lower" never raises a cap
