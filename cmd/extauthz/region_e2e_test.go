@@ -110,7 +110,9 @@ func TestRegionsEndToEnd(t *testing.T) {
 		close(collected)
 	}()
 
-	waitWindowStart := func() { time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond))) }
+	waitWindowStart := func() {
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	}
 	type phase struct {
 		name     string
 		from, to time.Time
