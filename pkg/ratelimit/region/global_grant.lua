@@ -58,7 +58,6 @@ local function wanted(x, keep)
   return keep
 end
 local cur, new = {}, {}
-local changed = false
 for i = 1, 2 do
   local x = w + i - 1
   cur[i] = budget(own, x)
@@ -75,11 +74,11 @@ for i = 1, 2 do
       new[i] = math.max(want, 0)
     end
   end
-  if new[i] ~= cur[i] then changed = true end
 end
-if changed or not own or own.w ~= w then
-  if changed then gen = gen + 1 end
-  redis.call('HSET', KEYS[1], 'g:' .. me, gen .. ' ' .. w .. ' ' .. new[1] .. ' ' .. new[2])
-end
+-- Every call moves the generation on, changed or not: a shrink read
+-- before this call (a replica whose lease lapsed) must not land after it,
+-- since the caller mirrors this reply into its local caps next.
+gen = gen + 1
+redis.call('HSET', KEYS[1], 'g:' .. me, gen .. ' ' .. w .. ' ' .. new[1] .. ' ' .. new[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[10]))
 return {tostring(w), tostring(gen), tostring(new[1]), tostring(new[2])}
