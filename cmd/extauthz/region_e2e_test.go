@@ -157,6 +157,7 @@ func TestRegionsEndToEnd(t *testing.T) {
 			t.Logf("region %s replica %d: %d exchange failures logged", r.name, i, strings.Count(p.Logs(), "global limit exchange failed"))
 		}
 	}
+	t.Logf("windows checked against the limit: %d", len(report.admitted))
 	if over := report.overLimit(); len(over) > 0 {
 		t.Errorf("windows above the limit %d: %v", e2eLimit, over)
 	}

@@ -49,6 +49,13 @@ func globalKey(key string, l ratelimit.Limit) string {
 	return fmt.Sprintf("%s|#global=%d/%dms", key, l.Requests, l.Period.Milliseconds())
 }
 
+// staticSplit reports whether the floors already divide the whole limit
+// among the regions: then no grant can add anything, and the key is never
+// exchanged.
+func staticSplit(r Rule, regions int) bool {
+	return r.FloorHits()*int64(regions) >= r.Limit
+}
+
 var chargeModes = [...]string{ratelimit.ChargeIfAdmitted: "i", ratelimit.ChargeNever: "n", ratelimit.ChargeAlways: "a"}
 
 func (s *Store) decideGlobal(ctx context.Context, key string, l ratelimit.Limit, hits int64, m ratelimit.ChargeMode) (ratelimit.Result, error) {
@@ -59,7 +66,9 @@ func (s *Store) decideGlobal(ctx context.Context, key string, l ratelimit.Limit,
 		return ratelimit.Result{}, err
 	}
 	r, k := s.ruleOf(l), globalKey(key, l)
-	s.ex.Track(k, r)
+	if !staticSplit(r, len(s.ex.topo.Regions)) {
+		s.ex.Track(k, r)
+	}
 	res, err := s.ex.local.Decide(ctx, k, r, s.ex.topo, hits, chargeModes[m])
 	if err != nil {
 		return ratelimit.Result{}, err

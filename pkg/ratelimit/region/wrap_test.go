@@ -68,3 +68,25 @@ func TestStoreSplitsGlobalFromRegional(t *testing.T) {
 		t.Errorf("state keys %q", keys)
 	}
 }
+
+// With floor × regions = 1 the floors are a static split: each region
+// admits its part with no exchange, and the key is never tracked.
+func TestStaticSplitIsNeverExchanged(t *testing.T) {
+	ctx := context.Background()
+	clock := testclock.New(time.UnixMilli(1_800_000_000_000))
+	l, g := newTestPair(t, redistest.Standalone(t).Client(), clock, "eu")
+	ex, _ := NewExchanger(testTopo, l, g, "replica-1")
+	inner, _ := memstore.New(memstore.Options{Now: clock.Now})
+	s, _ := NewStore(inner, ex)
+	defer func() { _ = s.Close() }()
+	half := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 10, Period: time.Second, Scope: ratelimit.Global, Floor: 0.5}
+	for i := range 6 {
+		res, err := s.Allow(ctx, "k", half, 1)
+		if err != nil || res.Allowed != (i < 5) {
+			t.Fatalf("decision %d: %+v, %v; want the first 5 (half of 10) admitted", i, res, err)
+		}
+	}
+	if n := len(ex.snapshot()); n != 0 {
+		t.Errorf("%d keys tracked for exchange, want none for a static split", n)
+	}
+}
