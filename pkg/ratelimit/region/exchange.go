@@ -33,9 +33,12 @@ type tracked struct {
 	asked    int64
 	at       time.Time
 	measured bool
-	// idle counts the exchanges in a row that saw no hit asked: after
+	// idle counts the exchanges in a row that saw no hit asked (in the
+	// region, by the lease holder; on this replica, by the others): after
 	// idleSteps the key is dropped and its grants lapse.
 	idle int
+	// hit says this replica decided the key since its last exchange step.
+	hit bool
 }
 
 // idleSteps is how many exchanges without a hit keep a key exchanged.
@@ -59,10 +62,28 @@ func (e *Exchanger) Track(k string, r Rule) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if t, ok := e.keys[k]; ok {
-		t.rule = r
+		t.rule, t.hit = r, true
 		return
 	}
-	e.keys[k] = &tracked{rule: r}
+	e.keys[k] = &tracked{rule: r, hit: true}
+}
+
+// notOwner counts an exchange step another replica's lease made a no-op:
+// this replica keeps the key while it decides it, so that it can take over
+// when the holder stops.
+func (e *Exchanger) notOwner(k string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.keys[k]
+	if !ok {
+		return
+	}
+	if t.hit {
+		t.idle = 0
+	} else {
+		t.idle++
+	}
+	t.hit = false
 }
 
 // Outcome says what one exchange step did.
@@ -83,8 +104,12 @@ type Outcome struct {
 // caps at or below the global grants: a failed step never admits more.
 func (e *Exchanger) Step(ctx context.Context, k string, r Rule) (Outcome, error) {
 	c, ok, err := e.local.claim(ctx, k, e.owner, r, e.topo)
-	if err != nil || !ok {
+	if err != nil {
 		return Outcome{}, err
+	}
+	if !ok {
+		e.notOwner(k)
+		return Outcome{}, nil
 	}
 	out := Outcome{Owner: true, Demand: e.observe(k, r, c.asked, c.now)}
 	view, err := e.global.Report(ctx, k, r, e.topo, out.Demand)
@@ -156,7 +181,7 @@ func (e *Exchanger) observe(k string, r Rule, asked int64, now time.Time) float6
 		e.keys[k] = t
 	}
 	prev, at, measured := t.asked, t.at, t.measured
-	t.asked, t.at, t.measured = asked, now, true
+	t.asked, t.at, t.measured, t.hit = asked, now, true, false
 	if asked == prev && measured {
 		t.idle++
 	} else {

@@ -66,6 +66,17 @@ func TestOneExchangerPerKeyAndRegion(t *testing.T) {
 	if out, err := r2.Step(ctx, "k", simRule); err != nil || !out.Owner {
 		t.Fatalf("second replica after the lease lapsed: %+v, %v; want it to exchange", out, err)
 	}
+	// A replica that neither holds the lease nor decides the key drops it.
+	for range idleSteps + 1 {
+		_, _ = r2.Step(ctx, "k", simRule) // r2 keeps the lease
+		if _, err := r1.Step(ctx, "k", simRule); err != nil {
+			t.Fatal(err)
+		}
+		r1.snapshot()
+	}
+	if _, kept := r1.snapshot()["k"]; kept {
+		t.Error("a replica that is not the exchanger and no longer decides the key still tracks it")
+	}
 	_, _, err = l.setCaps(ctx, "k", "replica-1", "mirror", simRule, testTopo, simRule.Window(clock.Now()), 1000, 1000)
 	if !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("stale replica's cap write: %v, want ErrNotOwner", err)
