@@ -157,15 +157,18 @@ func rest(r Rule, share int64, demand float64, used int64, now time.Time) int64 
 	left := float64(r.Window(now)+1)*float64(r.Period) - float64(now.UnixNano())
 	projected := float64(used) + demand*left/float64(r.Period)
 	if demand <= float64(share) {
-		return min(share, max(used, int64(math.Ceil(projected*restHeadroom))+restSlack))
+		return min(share, max(used, int64(math.Ceil(projected*keepHeadroom))+restSlack))
 	}
-	return max(share, min(int64(math.Ceil(projected)), r.Limit))
+	return max(share, min(int64(math.Ceil(projected*takeHeadroom))+restSlack, r.Limit))
 }
 
-// restHeadroom and restSlack keep what a region gives back of a window
-// below its projection: demand is measured over one interval and varies.
+// Demand is measured over one interval and varies: a region keeps half as
+// much again as its projection before it gives any back (what it gives is
+// gone for the window once another takes it), and takes a quarter more
+// than its projection from room no one holds.
 const (
-	restHeadroom = 1.25
+	keepHeadroom = 1.5
+	takeHeadroom = 1.25
 	restSlack    = 2
 )
 
