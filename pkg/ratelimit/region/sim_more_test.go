@@ -1,6 +1,7 @@
 package region
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -158,4 +159,34 @@ func TestSimShiftAfterSpending(t *testing.T) {
 		t.Errorf("us admitted %d in the window after the shift, want its share 700", got)
 	}
 	t.Logf("window of the shift: %s; the next: %s", s.perRegion(shifted), s.perRegion(shifted+1))
+}
+
+// Random demand that changes every few intervals, and random cuts of each
+// region's link, for three regions: never over the limit in any window, and
+// a cut-off region never above its floor once its grants lapsed.
+func TestSimRandomDemandAndCuts(t *testing.T) {
+	s := newSim(t, simRule, simInterval, simLease, "ap", "eu", "us")
+	rng := rand.New(rand.NewPCG(39, 1))
+	start := s.window()
+	cutSince := map[string]int64{}
+	for range 60 {
+		for _, r := range s.regions {
+			r.rate = float64(rng.IntN(1200))
+			cut := rng.IntN(6) == 0
+			if cut && !r.link.cut.Load() {
+				cutSince[r.name] = s.window()
+			}
+			r.link.cut.Store(cut)
+		}
+		s.run(time.Duration(1+rng.IntN(5)) * simInterval)
+		for _, r := range s.regions {
+			if since, ok := cutSince[r.name]; ok && r.link.cut.Load() && s.window() >= since+2 {
+				if got := r.admitted[s.window()]; got > s.rule.FloorHits() {
+					t.Errorf("%s cut off since window %d admitted %d in window %d, above its floor", r.name, since-start, got, s.window()-start)
+				}
+			}
+		}
+	}
+	s.checkNeverOver(start, s.window()+1)
+	t.Logf("per window %v", s.totals(start, s.window()))
 }
