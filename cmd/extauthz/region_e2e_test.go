@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -153,8 +154,24 @@ func TestRegionsEndToEnd(t *testing.T) {
 	perInterval := float64(wanBytes) / (float64(wanDur) / float64(e2eInterval)) / 2
 	t.Logf("WAN bytes per exchange interval per key per region (both directions): %.0f", perInterval)
 	for _, r := range regions {
+		steps := map[string]float64{}
 		for i, p := range r.procs {
 			t.Logf("region %s replica %d: %d exchange failures logged", r.name, i, strings.Count(p.Logs(), "global limit exchange failed"))
+			_, body := p.get(t, "/metrics")
+			for _, line := range strings.Split(body, "\n") {
+				for _, res := range []string{"ok", "not_owner", "failed"} {
+					if rest, found := strings.CutPrefix(line, `extauthz_region_exchanges_total{result="`+res+`"} `); found {
+						v, _ := strconv.ParseFloat(rest, 64)
+						steps[res] += v
+					}
+				}
+			}
+		}
+		t.Logf("region %s exchange steps: %v", r.name, steps)
+		// Both replicas follow the key; one exchanges it at a time; the
+		// global store stopped (and b's cut) fail steps.
+		if steps["ok"] == 0 || steps["not_owner"] == 0 || steps["failed"] == 0 {
+			t.Errorf("region %s: exchange steps %v, want ok, not_owner and failed all counted", r.name, steps)
 		}
 	}
 	t.Logf("windows checked against the limit: %d", len(report.admitted))

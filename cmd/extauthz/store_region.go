@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/extauthz/extauthz/internal/randtoken"
@@ -71,18 +72,54 @@ func regionStack(store ratelimit.Store, local redis.UniversalClient, cfg Config,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &regionBacked{Store: rs, inner: store, global: client, cancel: cancel, done: make(chan struct{})}
+	steps, err := regionMetrics(deps.Registerer, ex)
+	if err != nil {
+		return nil, errors.Join(err, client.Close())
+	}
 	warn := throttledWarn(deps, 10*time.Second)
 	go func() {
 		defer close(rb.done)
-		ex.Run(ctx, regionParallel, func(key string, err error) {
-			if ctx.Err() == nil {
+		ex.Run(ctx, regionParallel, func(key string, out region.Outcome, err error) {
+			switch {
+			case ctx.Err() != nil:
+			case err != nil:
+				steps.failed.Inc()
 				warn(err)
+			case out.Owner:
+				steps.ok.Inc()
+			default:
+				steps.notOwner.Inc()
 			}
 		})
 	}()
 	deps.Logger.Info("global limits", "region", cfg.Region, "regions", cfg.regionList(),
 		"exchange_interval", cfg.RegionExchangeInterval, "lease", cfg.RegionLease, "global_cluster", cfg.GlobalRedisCluster)
 	return rb, nil
+}
+
+// regionSteps counts exchange steps by result.
+type regionSteps struct{ ok, notOwner, failed prometheus.Counter }
+
+// regionMetrics registers extauthz_region_exchanges_total and
+// extauthz_region_keys.
+func regionMetrics(reg prometheus.Registerer, ex *region.Exchanger) (regionSteps, error) {
+	exchanges := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "extauthz_region_exchanges_total",
+		Help: "Exchange steps of global limits' keys with the global Redis, by result: ok, not_owner (another replica of the region exchanges the key), failed.",
+	}, []string{"result"})
+	keys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "extauthz_region_keys",
+		Help: "Keys of global limits this replica follows in the exchange.",
+	}, func() float64 { return float64(ex.Tracked()) })
+	if reg != nil {
+		for _, c := range []prometheus.Collector{exchanges, keys} {
+			if err := reg.Register(c); err != nil {
+				return regionSteps{}, fmt.Errorf("region metrics: %w", err)
+			}
+		}
+	}
+	return regionSteps{ok: exchanges.WithLabelValues("ok"), notOwner: exchanges.WithLabelValues("not_owner"),
+		failed: exchanges.WithLabelValues("failed")}, nil
 }
 
 // throttledWarn logs an exchange failure at most once per every: during a

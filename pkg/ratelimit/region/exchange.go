@@ -225,13 +225,13 @@ func Target(demands map[string]float64, r Rule, t Topology) int64 {
 }
 
 // Run exchanges every tracked key each interval until ctx ends, at most
-// parallel keys at once. Errors go to onErr (nil: ignored); a key whose
-// exchange fails keeps its caps, which lapse on their own.
-func (e *Exchanger) Run(ctx context.Context, parallel int, onErr func(key string, err error)) {
+// parallel keys at once. Each step's outcome goes to onStep (nil: ignored);
+// a key whose exchange fails keeps its caps, which lapse on their own.
+func (e *Exchanger) Run(ctx context.Context, parallel int, onStep func(key string, out Outcome, err error)) {
 	tick := time.NewTicker(e.topo.Interval)
 	defer tick.Stop()
 	for {
-		e.Round(ctx, parallel, onErr)
+		e.Round(ctx, parallel, onStep)
 		select {
 		case <-ctx.Done():
 			return
@@ -242,7 +242,7 @@ func (e *Exchanger) Run(ctx context.Context, parallel int, onErr func(key string
 
 // Round exchanges every tracked key once and drops the keys idle for
 // idleSteps exchanges.
-func (e *Exchanger) Round(ctx context.Context, parallel int, onErr func(key string, err error)) {
+func (e *Exchanger) Round(ctx context.Context, parallel int, onStep func(key string, out Outcome, err error)) {
 	sem := make(chan struct{}, max(parallel, 1))
 	var wg sync.WaitGroup
 	for k, r := range e.snapshot() {
@@ -254,12 +254,20 @@ func (e *Exchanger) Round(ctx context.Context, parallel int, onErr func(key stri
 			// which may be shorter than they are.
 			sctx, cancel := context.WithTimeout(ctx, e.topo.Lease)
 			defer cancel()
-			if _, err := e.Step(sctx, k, r); err != nil && onErr != nil {
-				onErr(k, err)
+			out, err := e.Step(sctx, k, r)
+			if onStep != nil {
+				onStep(k, out, err)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// Tracked is how many keys the exchanger follows.
+func (e *Exchanger) Tracked() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.keys)
 }
 
 // snapshot returns the tracked keys and their rules, dropping idle ones.
