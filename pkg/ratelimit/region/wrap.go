@@ -71,13 +71,33 @@ func (s *Store) decideGlobal(ctx context.Context, key string, l ratelimit.Limit,
 	}
 	res, err := s.ex.local.Decide(ctx, k, r, s.ex.topo, hits, chargeModes[m])
 	if err != nil {
-		return ratelimit.Result{}, err
+		return s.decideFloor(ctx, k, l, r, hits, m)
 	}
 	out := ratelimit.Result{Allowed: res.Allowed, Limit: l.Requests, Remaining: res.Remaining, ResetAfter: res.ResetAfter}
 	if !res.Allowed {
 		out.RetryAfter = max(res.ResetAfter, time.Millisecond)
 	}
 	return out, nil
+}
+
+// decideFloor decides a global limit when the region's Redis failed: as a
+// regional limit of the region's floor, by the inner store, whose failure
+// mode (fail open to an in-process store, or closed) then applies as it
+// does to every regional limit; a floor of 0 denies. The region admits what
+// it may when cut off. A window in which the region's Redis flaps may see
+// both its count there and this one: up to one floor more.
+func (s *Store) decideFloor(ctx context.Context, k string, l ratelimit.Limit, r Rule, hits int64, m ratelimit.ChargeMode) (ratelimit.Result, error) {
+	if r.FloorHits() == 0 {
+		return ratelimit.Result{Allowed: hits <= 0, Limit: l.Requests, RetryAfter: l.Period}, nil
+	}
+	floor := ratelimit.Limit{Name: l.Name, Algorithm: ratelimit.FixedWindow, Requests: r.FloorHits(), Period: l.Period}
+	ds, err := s.inner.AllowBatch(ctx, []ratelimit.Request{{Key: k + "|#floor", Limits: []ratelimit.Limit{floor}, Hits: hits, Charge: m}})
+	if err != nil {
+		return ratelimit.Result{}, err
+	}
+	res := ds[0].Results[0]
+	res.Limit = l.Requests
+	return res, nil
 }
 
 // Allow decides one limit.

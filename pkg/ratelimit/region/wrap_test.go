@@ -90,3 +90,24 @@ func TestStaticSplitIsNeverExchanged(t *testing.T) {
 		t.Errorf("%d keys tracked for exchange, want none for a static split", n)
 	}
 }
+
+// The region's Redis down: a global limit is decided by the inner store
+// (its failure mode applies) as a regional limit of the floor, not failed.
+func TestStoreRegionRedisDownDecidesTheFloor(t *testing.T) {
+	ctx := context.Background()
+	clock := testclock.New(time.UnixMilli(1_800_000_000_000))
+	srv := redistest.Standalone(t)
+	l, g := newTestPair(t, srv.Client(), clock, "eu")
+	ex, _ := NewExchanger(testTopo, l, g, "replica-1")
+	inner, _ := memstore.New(memstore.Options{Now: clock.Now})
+	s, _ := NewStore(inner, ex)
+	defer func() { _ = s.Close() }()
+	srv.Stop()
+	global := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Requests: 100, Period: time.Minute, Scope: ratelimit.Global, Floor: 0.03}
+	for i := range 4 {
+		res, err := s.Allow(ctx, "k", global, 1)
+		if err != nil || res.Allowed != (i < 3) || res.Limit != 100 {
+			t.Fatalf("decision %d with the region's Redis down: %+v, %v; want the floor (3) admitted, then denied", i, res, err)
+		}
+	}
+}
