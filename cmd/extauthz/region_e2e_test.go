@@ -72,6 +72,36 @@ func TestRegionsEndToEnd(t *testing.T) {
 		t.Skip("a 40-second end-to-end run")
 	}
 	global := redistest.Standalone(t)
+	regions := startRegions(t, global.Addr)
+	a, b := regions[0], regions[1]
+	d := startDriving(regions)
+	d.run("warm-up", 2*time.Second, func() { a.setRate(90); b.setRate(30) })
+	bytes0, t0 := a.link.bytes.Load()+b.link.bytes.Load(), time.Now()
+	d.run("3:1", 8*time.Second, func() { a.setRate(90); b.setRate(30) })
+	d.run("shift", 8*time.Second, func() { a.setRate(30); b.setRate(90) })
+	wanBytes, wanDur := a.link.bytes.Load()+b.link.bytes.Load()-bytes0, time.Since(t0)
+	d.run("b cut off", 6*time.Second, func() { a.setRate(150); b.setRate(150); b.link.cut.Store(true) })
+	d.run("b rejoined", 5*time.Second, func() { b.link.cut.Store(false) })
+	d.run("global down", 6*time.Second, func() { global.Stop() })
+	log, phases := d.stop()
+
+	report := analyse(t, log)
+	for _, ph := range phases {
+		t.Logf("phase %-12s admitted/asked %s", ph.name, report.windows(ph.from, ph.to))
+	}
+	logFigures(t, report, phases)
+	t.Logf("WAN bytes per exchange interval per key per region (both directions): %.0f",
+		float64(wanBytes)/(float64(wanDur)/float64(e2eInterval))/2)
+	for _, r := range regions {
+		checkExchangeSteps(t, r)
+	}
+	checkBounds(t, report, phases)
+}
+
+// startRegions starts regions a and b: each a redis-server, a WAN proxy to
+// the global Redis at globalAddr, and two extauthz processes.
+func startRegions(t *testing.T, globalAddr string) []*e2eRegion {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(path, []byte(regionPolicy), 0o600); err != nil {
 		t.Fatal(err)
@@ -79,7 +109,7 @@ func TestRegionsEndToEnd(t *testing.T) {
 	var regions []*e2eRegion
 	for _, name := range []string{"a", "b"} {
 		local := redistest.Standalone(t)
-		r := &e2eRegion{name: name, link: newWANProxy(t, global.Addr, e2eWANDelay)}
+		r := &e2eRegion{name: name, link: newWANProxy(t, globalAddr, e2eWANDelay)}
 		env := append([]string{
 			"EXTAUTHZ_CONFIG=" + path, "EXTAUTHZ_REDIS_URL=" + local.URL,
 			"EXTAUTHZ_GLOBAL_REDIS_URL=redis://" + r.link.addr, "EXTAUTHZ_REGION=" + name, "EXTAUTHZ_REGIONS=a,b",
@@ -93,88 +123,104 @@ func TestRegionsEndToEnd(t *testing.T) {
 		}
 		regions = append(regions, r)
 	}
-	a, b := regions[0], regions[1]
+	return regions
+}
+
+// e2ePhase is one stretch of the run.
+type e2ePhase struct {
+	name     string
+	from, to time.Time
+}
+
+// driving drives every region's demand and collects the calls.
+type driving struct {
+	regions   []*e2eRegion
+	cancel    func()
+	wg        sync.WaitGroup
+	calls     chan e2eCall
+	log       []e2eCall
+	collected chan struct{}
+	phases    []e2ePhase
+}
+
+func startDriving(regions []*e2eRegion) *driving {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	calls := make(chan e2eCall, 1<<16)
-	var wg sync.WaitGroup
+	d := &driving{regions: regions, cancel: cancel, calls: make(chan e2eCall, 1<<16), collected: make(chan struct{})}
 	for _, r := range regions {
-		wg.Add(1)
-		go func() { defer wg.Done(); drive(ctx, r, calls) }()
+		d.wg.Add(1)
+		go func() { defer d.wg.Done(); drive(ctx, r, d.calls) }()
 	}
-	var log []e2eCall
-	collected := make(chan struct{})
 	go func() {
-		for c := range calls {
-			log = append(log, c)
+		for c := range d.calls {
+			d.log = append(d.log, c)
 		}
-		close(collected)
+		close(d.collected)
 	}()
+	return d
+}
 
-	waitWindowStart := func() {
-		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
-	}
-	type phase struct {
-		name     string
-		from, to time.Time
-	}
-	var phases []phase
-	run := func(name string, d time.Duration, setup func()) {
-		waitWindowStart()
-		setup()
-		from := time.Now()
-		time.Sleep(d)
-		phases = append(phases, phase{name, from, time.Now()})
-	}
-	run("warm-up", 2*time.Second, func() { a.setRate(90); b.setRate(30) })
-	bytes0 := a.link.bytes.Load() + b.link.bytes.Load()
-	t0 := time.Now()
-	run("3:1", 8*time.Second, func() { a.setRate(90); b.setRate(30) })
-	run("shift", 8*time.Second, func() { a.setRate(30); b.setRate(90) })
-	wanBytes, wanDur := a.link.bytes.Load()+b.link.bytes.Load()-bytes0, time.Since(t0)
-	run("b cut off", 6*time.Second, func() { a.setRate(150); b.setRate(150); b.link.cut.Store(true) })
-	run("b rejoined", 5*time.Second, func() { b.link.cut.Store(false) })
-	run("global down", 6*time.Second, func() { global.Stop() })
-	a.setRate(0)
-	b.setRate(0)
-	cancel()
-	wg.Wait()
-	close(calls)
-	<-collected
+// run starts a phase just after a window starts, sets it up and lets it
+// run for dur.
+func (d *driving) run(name string, dur time.Duration, setup func()) {
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	setup()
+	from := time.Now()
+	time.Sleep(dur)
+	d.phases = append(d.phases, e2ePhase{name, from, time.Now()})
+}
 
-	report := analyse(t, log, phases[1].from, phases[len(phases)-1].to)
-	for _, ph := range phases {
-		t.Logf("phase %-12s admitted/asked %s", ph.name, report.windows(ph.from, ph.to))
+// stop ends the demand and returns every call and the phases.
+func (d *driving) stop() ([]e2eCall, []e2ePhase) {
+	for _, r := range d.regions {
+		r.setRate(0)
 	}
-	shift := phases[2].from
-	t.Logf("utilisation in the 3:1 phase (whole windows after the first): %.3f", report.utilisation(phases[1].from.Add(time.Second), phases[1].to))
-	t.Logf("utilisation after the shift (its 2nd to last windows): %.3f", report.utilisation(shift.Add(time.Second), phases[2].to))
-	t.Logf("shift followed: b's cap reached its new share (66+) %v after the shift", report.follow("b", shift, 66))
+	d.cancel()
+	d.wg.Wait()
+	close(d.calls)
+	<-d.collected
+	return d.log, d.phases
+}
+
+// logFigures logs what docs/multi-region.md reports.
+func logFigures(t *testing.T, report *e2eReport, phases []e2ePhase) {
+	t.Helper()
+	steady, shift := phases[1], phases[2]
+	t.Logf("utilisation in the 3:1 phase (whole windows after the first): %.3f", report.utilisation(steady.from.Add(time.Second), steady.to))
+	t.Logf("utilisation after the shift (its 2nd to last windows): %.3f", report.utilisation(shift.from.Add(time.Second), shift.to))
+	t.Logf("shift followed: b's cap reached its new share (66+) %v after the shift", report.follow("b", shift.from, 66))
 	t.Logf("decision latency, global limit: %s; regional limit: %s", report.latency(true), report.latency(false))
-	perInterval := float64(wanBytes) / (float64(wanDur) / float64(e2eInterval)) / 2
-	t.Logf("WAN bytes per exchange interval per key per region (both directions): %.0f", perInterval)
-	for _, r := range regions {
-		steps := map[string]float64{}
-		for i, p := range r.procs {
-			t.Logf("region %s replica %d: %d exchange failures logged", r.name, i, strings.Count(p.Logs(), "global limit exchange failed"))
-			_, body := p.get(t, "/metrics")
-			for _, line := range strings.Split(body, "\n") {
-				for _, res := range []string{"ok", "not_owner", "failed"} {
-					if rest, found := strings.CutPrefix(line, `extauthz_region_exchanges_total{result="`+res+`"} `); found {
-						v, _ := strconv.ParseFloat(rest, 64)
-						steps[res] += v
-					}
+	t.Logf("windows checked against the limit: %d", len(report.admitted))
+}
+
+// checkExchangeSteps sums r's replicas' exchange steps by result: both
+// replicas follow the key, one exchanges it at a time, and the global store
+// stopped (and b's cut) fail steps.
+func checkExchangeSteps(t *testing.T, r *e2eRegion) {
+	t.Helper()
+	steps := map[string]float64{}
+	for i, p := range r.procs {
+		t.Logf("region %s replica %d: %d exchange failures logged", r.name, i, strings.Count(p.Logs(), "global limit exchange failed"))
+		_, body := p.get(t, "/metrics")
+		for _, line := range strings.Split(body, "\n") {
+			for _, res := range []string{"ok", "not_owner", "failed"} {
+				if rest, found := strings.CutPrefix(line, `extauthz_region_exchanges_total{result="`+res+`"} `); found {
+					v, _ := strconv.ParseFloat(rest, 64)
+					steps[res] += v
 				}
 			}
 		}
-		t.Logf("region %s exchange steps: %v", r.name, steps)
-		// Both replicas follow the key; one exchanges it at a time; the
-		// global store stopped (and b's cut) fail steps.
-		if steps["ok"] == 0 || steps["not_owner"] == 0 || steps["failed"] == 0 {
-			t.Errorf("region %s: exchange steps %v, want ok, not_owner and failed all counted", r.name, steps)
-		}
 	}
-	t.Logf("windows checked against the limit: %d", len(report.admitted))
+	t.Logf("region %s exchange steps: %v", r.name, steps)
+	if steps["ok"] == 0 || steps["not_owner"] == 0 || steps["failed"] == 0 {
+		t.Errorf("region %s: exchange steps %v, want ok, not_owner and failed all counted", r.name, steps)
+	}
+}
+
+// checkBounds fails for a window above the limit, a cut-off region (or
+// both, the global store down) above its floor once its grants lapsed, or
+// a collapse of utilisation.
+func checkBounds(t *testing.T, report *e2eReport, phases []e2ePhase) {
+	t.Helper()
 	if over := report.overLimit(); len(over) > 0 {
 		t.Errorf("windows above the limit %d: %v", e2eLimit, over)
 	}
@@ -254,7 +300,7 @@ type e2eReport struct {
 	calls    []e2eCall
 }
 
-func analyse(t *testing.T, log []e2eCall, from, to time.Time) *e2eReport {
+func analyse(t *testing.T, log []e2eCall) *e2eReport {
 	t.Helper()
 	r := &e2eReport{admitted: map[int64]map[string]int64{}, asked: map[int64]map[string]int64{}, calls: log}
 	sort.Slice(r.calls, func(i, j int) bool { return r.calls[i].at.Before(r.calls[j].at) })
