@@ -72,8 +72,9 @@ func (l *Local) Key(k string) string { return key(l.prefix, "rgl", k) }
 //
 // mode is how hits are charged, as ratelimit.ChargeMode says: "i" if
 // admitted (the default), "n" never (a check), "a" always (negative hits
-// refund). Only "i" and "n" keep the bound strict: "a" charges a cost
-// known after the fact even past the cap.
+// refund), "r" reserve (admit on one hit left, charge all). Only "i" and
+// "n" keep the bound strict: "a" charges a cost known after the fact even
+// past the cap, "r" may pass it by one reservation.
 func (l *Local) Decide(ctx context.Context, k string, r Rule, t Topology, hits int64, mode string) (Result, error) {
 	if hits < 0 && mode != "a" {
 		return Result{}, fmt.Errorf("%w: hits must not be negative, got %d", ErrInvalid, hits)

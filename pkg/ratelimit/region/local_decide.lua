@@ -4,7 +4,9 @@
 -- ARGV[5]: now in ms, or "" to read Redis's clock, ARGV[6]: charge mode:
 -- "i" charge if admitted (all or none), "n" never charge (a check), "a"
 -- always charge (a cost known after the fact; negative hits refund, never
--- below zero; allowed says whether the count is within the cap after it).
+-- below zero; allowed says whether the count is within the cap after it),
+-- "r" reserve (admit when one hit is left, then charge all hits, which may
+-- pass the cap by that one reservation; a refusal charges nothing).
 -- Fields: "c" = "<window> <cap(window)> <cap(window+1)>" (written by the
 -- exchanger, setcap.lua), "u:<window>" = hits admitted in that window,
 -- "a" = hits asked since the key was created (admitted or not: the demand
@@ -38,6 +40,12 @@ if mode == 'a' then
   used = math.max(used + hits, 0)
   redis.call('HSET', KEYS[1], uf, used)
   if used <= cap then allowed = 1 end
+elseif mode == 'r' then
+  redis.call('HINCRBY', KEYS[1], 'a', hits)
+  if used + 1 <= cap then
+    allowed = 1
+    used = redis.call('HINCRBY', KEYS[1], uf, hits)
+  end
 else
   if mode == 'i' then redis.call('HINCRBY', KEYS[1], 'a', hits) end
   if used + hits <= cap then

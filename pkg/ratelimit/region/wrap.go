@@ -56,7 +56,26 @@ func staticSplit(r Rule, regions int) bool {
 	return r.FloorHits()*int64(regions) >= r.Limit
 }
 
-var chargeModes = [...]string{ratelimit.ChargeIfAdmitted: "i", ratelimit.ChargeNever: "n", ratelimit.ChargeAlways: "a"}
+// chargeMode is m as local_decide.lua names it. Every mode past
+// ChargeAlways is a reservation (ChargeReserve on main: check one hit,
+// charge all): a switch, never an index, so a new mode cannot panic.
+func chargeMode(m ratelimit.ChargeMode) string {
+	switch m {
+	case ratelimit.ChargeIfAdmitted:
+		return "i"
+	case ratelimit.ChargeNever:
+		return "n"
+	case ratelimit.ChargeAlways:
+		return "a"
+	}
+	return "r"
+}
+
+// allOrNone reports whether a refusal under m charges nothing, so that a
+// request's other limits must not be charged either.
+func allOrNone(m ratelimit.ChargeMode) bool {
+	return m != ratelimit.ChargeNever && m != ratelimit.ChargeAlways
+}
 
 func (s *Store) decideGlobal(ctx context.Context, key string, l ratelimit.Limit, hits int64, m ratelimit.ChargeMode) (ratelimit.Result, error) {
 	if err := l.Validate(); err != nil {
@@ -69,7 +88,7 @@ func (s *Store) decideGlobal(ctx context.Context, key string, l ratelimit.Limit,
 	if !staticSplit(r, len(s.ex.topo.Regions)) {
 		s.ex.Track(k, r)
 	}
-	res, err := s.ex.local.Decide(ctx, k, r, s.ex.topo, hits, chargeModes[m])
+	res, err := s.ex.local.Decide(ctx, k, r, s.ex.topo, hits, chargeMode(m))
 	if err != nil {
 		return s.decideFloor(ctx, k, l, r, hits, m)
 	}
@@ -155,7 +174,7 @@ func (s *Store) decideGlobals(ctx context.Context, req ratelimit.Request, d *rat
 		case l.Scope != ratelimit.Global:
 			others.Limits = append(others.Limits, l)
 			positions = append(positions, j)
-		case !d.Allowed && req.Charge == ratelimit.ChargeIfAdmitted:
+		case !d.Allowed && allOrNone(req.Charge):
 			d.Results[j] = ratelimit.Result{Limit: l.Requests} // not charged: an earlier one denied
 		default:
 			res, err := s.decideGlobal(ctx, req.Key, l, req.Hits, req.Charge)
@@ -166,7 +185,7 @@ func (s *Store) decideGlobals(ctx context.Context, req ratelimit.Request, d *rat
 			d.Allowed = d.Allowed && res.Allowed
 		}
 	}
-	if !d.Allowed && req.Charge == ratelimit.ChargeIfAdmitted {
+	if !d.Allowed && allOrNone(req.Charge) {
 		others.Charge = ratelimit.ChargeNever
 	}
 	return others, positions, nil

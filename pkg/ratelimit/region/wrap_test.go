@@ -111,3 +111,33 @@ func TestStoreRegionRedisDownDecidesTheFloor(t *testing.T) {
 		}
 	}
 }
+
+// The charge modes in the region's script: a check charges nothing, a
+// forced charge passes the cap and a refund comes back, a reservation is
+// admitted on one hit left and charges all its hits.
+func TestLocalChargeModes(t *testing.T) {
+	ctx := context.Background()
+	clock := testclock.New(time.UnixMilli(1_800_000_000_000))
+	l, _ := newTestPair(t, redistest.Standalone(t).Client(), clock, "eu")
+	r := Rule{Limit: 100, Period: time.Minute, Floor: 0.1} // cap 10 without a grant
+	step := func(hits int64, mode string, wantAllowed bool, wantRemaining int64) {
+		t.Helper()
+		res, err := l.Decide(ctx, "k", r, testTopo, hits, mode)
+		if err != nil || res.Allowed != wantAllowed || res.Remaining != wantRemaining {
+			t.Fatalf("%d hits mode %s: %+v, %v; want allowed=%v remaining=%d", hits, mode, res, err, wantAllowed, wantRemaining)
+		}
+	}
+	step(8, "n", true, 10) // a check: nothing charged
+	step(8, "i", true, 2)  // charged
+	step(3, "i", false, 2) // refused, nothing charged
+	step(5, "r", true, 0)  // one hit left: reserved, all 5 charged (13 of 10)
+	step(1, "r", false, 0) // no hit left: refused
+	step(-6, "a", true, 3) // a refund
+	step(4, "a", false, 0) // a forced charge past the cap
+	chargeModes := map[ratelimit.ChargeMode]string{ratelimit.ChargeIfAdmitted: "i", ratelimit.ChargeNever: "n", ratelimit.ChargeAlways: "a", ratelimit.ChargeAlways + 1: "r"}
+	for m, want := range chargeModes {
+		if got := chargeMode(m); got != want {
+			t.Errorf("chargeMode(%d) = %q, want %q", m, got, want)
+		}
+	}
+}
