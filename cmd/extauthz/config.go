@@ -159,6 +159,25 @@ type Config struct {
 	// AllotmentMaxSlices bounds the slices of consistency: allotment limits
 	// a replica holds with Redis (idle ones are dropped first beyond it).
 	AllotmentMaxSlices int `envconfig:"EXTAUTHZ_ALLOTMENT_MAX_SLICES" default:"100000"`
+	// GlobalRedisURL, set, is the Redis designated global for limits with
+	// scope: global: the allocator of regions' shares, reached in the
+	// background only (docs/multi-region.md). Empty: global limits are
+	// decided in this region's store alone, as regional ones.
+	GlobalRedisURL string `envconfig:"EXTAUTHZ_GLOBAL_REDIS_URL" default:""`
+	// GlobalRedisCluster treats GlobalRedisURL as a Redis Cluster seed.
+	GlobalRedisCluster bool `envconfig:"EXTAUTHZ_GLOBAL_REDIS_CLUSTER" default:"false"`
+	// Region names this replica's region, one of Regions.
+	Region string `envconfig:"EXTAUTHZ_REGION" default:""`
+	// Regions names every region sharing the global limits, the same list
+	// everywhere: each keeps a floor reserved.
+	// Comma-separated.
+	Regions string `envconfig:"EXTAUTHZ_REGIONS" default:""`
+	// RegionExchangeInterval is how often a region reports demand and
+	// renews its shares.
+	RegionExchangeInterval time.Duration `envconfig:"EXTAUTHZ_REGION_EXCHANGE_INTERVAL" default:"1s"`
+	// RegionLease is how long before a window starts its share is granted
+	// (at least the interval plus a WAN round trip).
+	RegionLease time.Duration `envconfig:"EXTAUTHZ_REGION_LEASE" default:"3s"`
 	// IdempotencyMemoryMaxKeys bounds the keys the in-memory idempotency
 	// store keeps (completed records evicted before live leases); 0 is unbounded.
 	IdempotencyMemoryMaxKeys int `envconfig:"EXTAUTHZ_IDEMPOTENCY_MEMORY_MAX_KEYS" default:"1000000"`
@@ -386,6 +405,11 @@ func (c Config) rules() []rule {
 		{"KEY_PREFIX", "text without '{' or '}', e.g. xa", c.KeyPrefix, !strings.ContainsAny(c.KeyPrefix, "{}")},
 		{"MEMORY_MAX_KEYS", "0 (unbounded) or more", c.MemoryMaxKeys, c.MemoryMaxKeys >= 0},
 		{"ALLOTMENT_MAX_SLICES", "1 or more", c.AllotmentMaxSlices, c.AllotmentMaxSlices >= 1},
+		{"GLOBAL_REDIS_URL", "empty, or a redis:// or rediss:// URL with EXTAUTHZ_REDIS_URL set", redactURL(c.GlobalRedisURL),
+			c.GlobalRedisURL == "" || c.RedisURL != "" && (strings.HasPrefix(c.GlobalRedisURL, "redis://") || strings.HasPrefix(c.GlobalRedisURL, "rediss://"))},
+		{"REGION", "with EXTAUTHZ_GLOBAL_REDIS_URL, one of EXTAUTHZ_REGIONS (distinct names without commas or spaces)", c.Region, c.GlobalRedisURL == "" || c.topology().Validate() == nil},
+		{"REGION_EXCHANGE_INTERVAL", "a duration above 0, e.g. 1s", c.RegionExchangeInterval, c.RegionExchangeInterval > 0},
+		{"REGION_LEASE", "a duration at least EXTAUTHZ_REGION_EXCHANGE_INTERVAL, e.g. 3s", c.RegionLease, c.RegionLease >= c.RegionExchangeInterval},
 		{"REDIS_MAX_BATCH", "0 or 1 (no coalescing) to 4096", c.RedisMaxBatch, c.RedisMaxBatch >= 0 && c.RedisMaxBatch <= 4096},
 		{"IDEMPOTENCY_MEMORY_MAX_KEYS", "0 (unbounded) or more", c.IdempotencyMemoryMaxKeys, c.IdempotencyMemoryMaxKeys >= 0},
 		{"GRPC_MAX_RECV_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxRecvBytes, validGRPCMessage(c.GRPCMaxRecvBytes)},

@@ -72,6 +72,11 @@ func newRedisStore(cfg Config, deps storeDeps) (ratelimit.Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
+	withRegions, err := regionStack(store, client, cfg, deps)
+	if err != nil {
+		return nil, errors.Join(err, store.Close(), client.Close())
+	}
+	store = withRegions
 	// The URL may hold a password: log only what it selects.
 	deps.Logger.Info("rate limit store", "kind", "redis", "cluster", cfg.RedisCluster,
 		"sentinels", cfg.sentinelAddrs(), "sentinel_master", cfg.RedisSentinelMaster, "failure_mode", mode, "local_cache", cfg.LocalCache, "key_prefix", cfg.KeyPrefix)

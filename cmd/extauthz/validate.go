@@ -41,6 +41,9 @@ func validateMain(path string, stdout, stderr io.Writer) int {
 	for _, w := range lifecycleWarnings(p, cfg) {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
+	for _, w := range globalWarnings(p, cfg) {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
 	fmt.Fprintln(stdout, summary(p))
 	for _, a := range p.Allotments() {
 		fmt.Fprintln(stdout, explainAllotment(a))
@@ -55,6 +58,20 @@ func explainAllotment(a policy.PlacedLimit) string {
 	return fmt.Sprintf("allotment: %s: %d per %s (%s): with Redis each replica leases slices of this budget and decides "+
 		"from them locally; the fleet never admits more than the limit and may admit fewer, by at most the slices "+
 		"leased and not used (the memory store decides it exactly)", a.Where, l.Requests, l.Period, l.Algorithm.OrDefault())
+}
+
+// globalWarnings names each scope: global limit that this configuration
+// decides in the region's store alone (no EXTAUTHZ_GLOBAL_REDIS_URL).
+func globalWarnings(p *policy.Policy, cfg Config) []string {
+	if cfg.GlobalRedisURL != "" {
+		return nil
+	}
+	var out []string
+	for _, g := range p.Globals() {
+		out = append(out, fmt.Sprintf("%s: scope global without EXTAUTHZ_GLOBAL_REDIS_URL is decided in this region's store "+
+			"alone: every region admits the whole limit (docs/multi-region.md)", g.Where))
+	}
+	return out
 }
 
 // Limits validate checks routes against: gRPC message sizes from the

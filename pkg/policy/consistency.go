@@ -19,10 +19,20 @@ type PlacedLimit struct {
 // Allotments lists every limit of p whose consistency is allotment, sorted
 // by place, for `extauthz validate` to explain.
 func (p *Policy) Allotments() []PlacedLimit {
+	return p.placed(func(l ratelimit.Limit) bool { return l.Consistency == ratelimit.Allotment })
+}
+
+// Globals lists every limit of p whose scope is global, sorted by place.
+func (p *Policy) Globals() []PlacedLimit {
+	return p.placed(func(l ratelimit.Limit) bool { return l.Scope == ratelimit.Global })
+}
+
+// placed lists every limit of p that keep selects, sorted by place.
+func (p *Policy) placed(keep func(ratelimit.Limit) bool) []PlacedLimit {
 	var out []PlacedLimit
 	add := func(where string, ls []ratelimit.Limit) {
 		for _, l := range ls {
-			if l.Consistency == ratelimit.Allotment {
+			if keep(l) {
 				out = append(out, PlacedLimit{Where: where, Limit: l})
 			}
 		}

@@ -64,7 +64,7 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 	kvs := map[string]field{} // the fields validated together below
 	for _, kv := range d.fields(f.node, f.path) {
 		switch kv.key {
-		case "unit", "requests_per_unit", "period", "algorithm", "burst", "consistency":
+		case "unit", "requests_per_unit", "period", "algorithm", "burst", "consistency", "scope", "floor":
 			kvs[kv.key] = kv
 		case "name":
 			spec.limit.Name = d.str(kv)
@@ -87,7 +87,7 @@ func (d *decoder) limit(f field, place limitPlace) limitSpec {
 		}
 	}
 	if spec.unlimited {
-		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst", "consistency", "charge_over_limit"} {
+		for _, k := range []string{"unit", "period", "requests_per_unit", "algorithm", "burst", "consistency", "scope", "floor", "charge_over_limit"} {
 			if kv, ok := kvs[k]; ok {
 				d.problem(kv.line, kv.path, "must not be set when unlimited is true")
 			}
@@ -152,6 +152,9 @@ func (d *decoder) fillLimit(f field, kvs map[string]field, l *ratelimit.Limit, m
 	if c, ok := kvs["consistency"]; ok && !d.consistency(c, l) {
 		return blocked // reported; Validate would repeat it without the field
 	}
+	if !d.scope(kvs, l) {
+		return blocked
+	}
 	if l.Period > 0 && l.Requests > 0 {
 		if err := l.Validate(); err != nil {
 			d.problem(f.line, f.path, "%v", err)
@@ -186,6 +189,44 @@ func (d *decoder) consistency(f field, l *ratelimit.Limit) bool {
 	}
 	l.Consistency = ""
 	return false
+}
+
+// scope reads `scope: region | global` and `floor` into l, reporting each
+// bad one at the field itself.
+func (d *decoder) scope(kvs map[string]field, l *ratelimit.Limit) bool {
+	sc, hasScope := kvs["scope"]
+	if hasScope {
+		l.Scope = ratelimit.Scope(strings.ToLower(d.str(sc)))
+		switch {
+		case !l.Scope.Valid() || l.Scope == "":
+			d.problem(sc.line, sc.path, "unknown scope %s (want region or global)", describe(sc.node))
+			l.Scope = ""
+			return false
+		case l.Scope == ratelimit.Global && l.Algorithm != ratelimit.FixedWindow:
+			d.problem(sc.line, sc.path, "scope global needs algorithm: fixed_window (a region's share of the limit is a budget per window)")
+			l.Scope = ""
+			return false
+		case l.Scope == ratelimit.Global && l.Consistency == ratelimit.Allotment:
+			d.problem(sc.line, sc.path, "scope global cannot be combined with consistency: allotment")
+			l.Scope = ""
+			return false
+		}
+	}
+	fl, hasFloor := kvs["floor"]
+	if !hasFloor {
+		return true
+	}
+	if l.Scope != ratelimit.Global {
+		d.problem(fl.line, fl.path, "floor applies to scope: global only")
+		return false
+	}
+	var v float64
+	if err := fl.node.Decode(&v); err != nil || v != v || v < 0 || v > 1 {
+		d.problem(fl.line, fl.path, "must be a fraction in [0, 1], got %s", describe(fl.node))
+		return false
+	}
+	l.Floor = v
+	return true
 }
 
 func (d *decoder) unit(f field) time.Duration {

@@ -87,6 +87,23 @@ func (c Consistency) OrDefault() Consistency {
 	return c
 }
 
+// Scope says where a limit holds.
+type Scope string
+
+// The scopes. The zero value means Regional.
+const (
+	// Regional limits hold within one store: the region's Redis, as
+	// always.
+	Regional Scope = "region"
+	// Global limits hold across regions: each region decides locally
+	// against a leased share of the limit (package region). Only
+	// fixed_window: shares are per-window budgets.
+	Global Scope = "global"
+)
+
+// Valid reports whether s names a supported scope (the empty name is Regional).
+func (s Scope) Valid() bool { return s == "" || s == Regional || s == Global }
+
 // Limit is one allowance: Requests per Period, decided by Algorithm.
 type Limit struct {
 	// Name labels the limit in headers and metrics; optional.
@@ -107,6 +124,13 @@ type Limit struct {
 	// decide on one shared state treat Allotment as Exact; package
 	// allotment is what leases.
 	Consistency Consistency
+	// Scope is where the limit holds; empty means Regional. A Global limit
+	// is decided by package region's store, which other stores never see.
+	Scope Scope
+	// Floor is, for a Global limit, the fraction of Requests each region
+	// may admit per window while cut off from the global store, reserved
+	// for it by the allocator; in [0, 1].
+	Floor float64
 }
 
 // Terms are what identify a limit's state apart from its key: the
@@ -137,6 +161,16 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
 	case !l.Consistency.Valid():
 		return fmt.Errorf("%w: unknown consistency %q (want exact or allotment)", ErrInvalidLimit, l.Consistency)
+	case !l.Scope.Valid():
+		return fmt.Errorf("%w: unknown scope %q (want region or global)", ErrInvalidLimit, l.Scope)
+	case l.Scope == Global && l.Algorithm != FixedWindow:
+		return fmt.Errorf("%w: scope global needs algorithm fixed_window: a region's share is a budget per window", ErrInvalidLimit)
+	case l.Scope == Global && l.Consistency == Allotment:
+		return fmt.Errorf("%w: scope global decides in the region's store from its share; it cannot also use allotment", ErrInvalidLimit)
+	case l.Floor < 0 || l.Floor > 1 || l.Floor != l.Floor:
+		return fmt.Errorf("%w: floor must be in [0, 1], got %v", ErrInvalidLimit, l.Floor)
+	case l.Floor != 0 && l.Scope != Global:
+		return fmt.Errorf("%w: floor applies to scope global only", ErrInvalidLimit)
 	case l.Consistency == Allotment && l.Algorithm == SlidingLog:
 		return fmt.Errorf("%w: sliding_log cannot use allotment: its state is each admission's instant, and a leased hit "+
 			"would be counted at the lease's instant, not its use's, so later windows would miss it (use gcra, fixed_window or sliding_window)", ErrInvalidLimit)

@@ -1,0 +1,293 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
+)
+
+// Exchanger is one replica's background exchange: for every key the
+// replica has decided recently, it reports the region's demand to the
+// global store and moves the region's grants towards its fair share. Only
+// one replica of a region exchanges a key at a time (a lease in the
+// region's Redis); the others' steps are no-ops. Safe for concurrent use.
+type Exchanger struct {
+	topo   Topology
+	local  *Local
+	global *Global
+	owner  string
+
+	mu   sync.Mutex
+	keys map[string]*tracked
+}
+
+// tracked is one key the exchanger follows: its rule and the last count of
+// hits asked, from which the demand is measured.
+type tracked struct {
+	rule     Rule
+	asked    int64
+	at       time.Time
+	measured bool
+	// idle counts the exchanges in a row that saw no hit asked (in the
+	// region, by the lease holder; on this replica, by the others): after
+	// idleSteps the key is dropped and its grants lapse.
+	idle int
+	// hit says this replica decided the key since its last exchange step.
+	hit bool
+}
+
+// idleSteps is how many exchanges without a hit keep a key exchanged.
+const idleSteps = 3
+
+// NewExchanger returns the exchanger of one replica (owner: a random ID
+// unique to the replica).
+func NewExchanger(t Topology, local *Local, global *Global, owner string) (*Exchanger, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if local == nil || global == nil || owner == "" {
+		return nil, errors.New("region: exchanger needs a local store, a global store and an owner ID")
+	}
+	return &Exchanger{topo: t, local: local, global: global, owner: owner, keys: map[string]*tracked{}}, nil
+}
+
+// Track makes sure k is exchanged under r: the request path calls it on
+// every decision (a map lookup, no I/O).
+func (e *Exchanger) Track(k string, r Rule) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t, ok := e.keys[k]; ok {
+		t.rule, t.hit = r, true
+		return
+	}
+	e.keys[k] = &tracked{rule: r, hit: true}
+}
+
+// notOwner counts an exchange step another replica's lease made a no-op:
+// this replica keeps the key while it decides it, so that it can take over
+// when the holder stops.
+func (e *Exchanger) notOwner(k string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.keys[k]
+	if !ok {
+		return
+	}
+	if t.hit {
+		t.idle = 0
+	} else {
+		t.idle++
+	}
+	t.hit = false
+}
+
+// Outcome says what one exchange step did.
+type Outcome struct {
+	// Owner is false when another replica exchanges the key.
+	Owner bool
+	// Demand is the region's demand reported, hits per window.
+	Demand float64
+	// Target is the region's fair share computed, hits per window.
+	Target int64
+	// Grants are the region's grants after the step.
+	Grants Grants
+}
+
+// Step exchanges key k once: take the lease, measure the demand, report it,
+// compute the fair share, lower the local caps before a global shrink,
+// grow the global grant, then mirror it locally. An error leaves the local
+// caps at or below the global grants: a failed step never admits more.
+func (e *Exchanger) Step(ctx context.Context, k string, r Rule) (Outcome, error) {
+	c, ok, err := e.local.claim(ctx, k, e.owner, r, e.topo)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if !ok {
+		e.notOwner(k)
+		return Outcome{}, nil
+	}
+	out := Outcome{Owner: true, Demand: e.observe(k, r, c.asked, c.now)}
+	view, err := e.global.Report(ctx, k, r, e.topo, out.Demand)
+	if err != nil {
+		return out, err
+	}
+	w := r.Window(view.Now)
+	out.Target = Target(view.Demands, r, e.topo)
+	own := view.Grants[e.topo.Region]
+	ask := Ask{Window: w, Want: out.Target, WantNext: out.Target, Gen: own.Gen}
+	if c.window == w {
+		ask.Want = rest(r, out.Target, out.Demand, c.used, view.Now)
+	}
+	if ask.Want < own.For(w) || ask.WantNext < own.For(w+1) {
+		ask.Want, ask.WantNext, err = e.local.setCaps(ctx, k, e.owner, "lower", r, e.topo, w,
+			min(ask.Want, own.For(w)), min(ask.WantNext, own.For(w+1)))
+		if err != nil {
+			return out, err
+		}
+		ask.Want, ask.WantNext = max(ask.Want, out.Target), max(ask.WantNext, out.Target)
+	}
+	g, err := e.global.Grant(ctx, k, r, e.topo, ask)
+	if err != nil {
+		return out, err
+	}
+	out.Grants = g
+	if _, _, err := e.local.setCaps(ctx, k, e.owner, "mirror", r, e.topo, g.Window, g.Budget, g.Next); err != nil {
+		return out, fmt.Errorf("after the global grant: %w", err)
+	}
+	return out, nil
+}
+
+// rest is what a region asks for the rest of the current window. Its fair
+// share, except: a region whose demand is within its share gives back what
+// its projection (admitted so far plus demand over the time left, with
+// headroom) says it will not use; a region whose demand is above its share
+// asks for its projection, which the allocator grants only from room no
+// region holds (what others gave back). So a window's budget unused by one
+// region is used by another within the window, and no region takes what
+// another holds. The next window starts again from the fair shares.
+func rest(r Rule, share int64, demand float64, used int64, now time.Time) int64 {
+	if math.IsInf(demand, 1) {
+		return share
+	}
+	left := float64(r.Window(now)+1)*float64(r.Period) - float64(now.UnixNano())
+	projected := float64(used) + demand*left/float64(r.Period)
+	if demand <= float64(share) {
+		return min(share, max(used, int64(math.Ceil(projected*keepHeadroom))+restSlack))
+	}
+	return max(share, min(int64(math.Ceil(projected*takeHeadroom))+restSlack, r.Limit))
+}
+
+// Demand is measured over one interval and varies: a region keeps half as
+// much again as its projection before it gives any back (what it gives is
+// gone for the window once another takes it), and takes a quarter more
+// than its projection from room no one holds.
+const (
+	keepHeadroom = 1.5
+	takeHeadroom = 1.25
+	restSlack    = 2
+)
+
+// observe measures k's demand in hits per window from the hits asked since
+// the last step; +Inf (not measured yet: compete for a fair share) on the
+// first.
+func (e *Exchanger) observe(k string, r Rule, asked int64, now time.Time) float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.keys[k]
+	if !ok {
+		t = &tracked{rule: r}
+		e.keys[k] = t
+	}
+	prev, at, measured := t.asked, t.at, t.measured
+	t.asked, t.at, t.measured, t.hit = asked, now, true, false
+	if asked == prev && measured {
+		t.idle++
+	} else {
+		t.idle = 0
+	}
+	elapsed := now.Sub(at)
+	if !measured || elapsed <= 0 || asked < prev {
+		return math.Inf(1)
+	}
+	return float64(asked-prev) * float64(r.Period) / float64(elapsed)
+}
+
+// Target is a region's fair share of r's limit, hits per window. Every
+// configured region's floor is reserved first (the allocator keeps it for
+// the region whether or not it reports, so that it may admit that much cut
+// off); the rest is divided among the regions that report by quota.Shares,
+// max-min fair by demand above the floor, the unused part split equally.
+// A region's target is its floor plus its part. So a region that alone
+// reports demand gets the whole limit less the others' floors, and the
+// targets with the floors never sum above the limit.
+func Target(demands map[string]float64, r Rule, t Topology) int64 {
+	floor := float64(r.FloorHits())
+	if _, ok := demands[t.Region]; !ok {
+		return int64(floor)
+	}
+	regions := map[string]bool{}
+	for _, name := range t.Regions {
+		regions[name] = true
+	}
+	above := make(map[string]float64, len(demands))
+	for name, d := range demands {
+		regions[name] = true
+		above[name] = max(d-floor, 0)
+	}
+	rest := float64(r.Limit) - floor*float64(len(regions))
+	shares := quota.Shares(rest, above, quota.SpareEqual)
+	return int64(math.Floor(floor + shares[t.Region]))
+}
+
+// Run exchanges every tracked key each interval until ctx ends, at most
+// parallel keys at once. Each step's outcome goes to onStep (nil: ignored);
+// a key whose exchange fails keeps its caps, which lapse on their own.
+func (e *Exchanger) Run(ctx context.Context, parallel int, onStep func(key string, out Outcome, err error)) {
+	tick := time.NewTicker(e.topo.Interval)
+	defer tick.Stop()
+	for {
+		e.Round(ctx, parallel, onStep)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Round exchanges every tracked key once and drops the keys idle for
+// idleSteps exchanges.
+func (e *Exchanger) Round(ctx context.Context, parallel int, onStep func(key string, out Outcome, err error)) {
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	for k, r := range e.snapshot() {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			// Two WAN round trips: bounded by the lease, not the interval,
+			// which may be shorter than they are.
+			sctx, cancel := context.WithTimeout(ctx, e.topo.Lease)
+			defer cancel()
+			out, err := e.Step(sctx, k, r)
+			if onStep != nil {
+				onStep(k, out, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Tracked is how many keys the exchanger follows.
+func (e *Exchanger) Tracked() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.keys)
+}
+
+// snapshot returns the tracked keys and their rules, dropping idle ones.
+func (e *Exchanger) snapshot() map[string]Rule {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]Rule, len(e.keys))
+	for k, t := range e.keys {
+		if t.idle >= idleSteps {
+			delete(e.keys, k)
+			continue
+		}
+		out[k] = t.rule
+	}
+	return out
+}
+
+// Decide is the request path: decide k in the region's Redis and make sure
+// the key is exchanged. Nothing here crosses a region.
+func (e *Exchanger) Decide(ctx context.Context, k string, r Rule, hits int64) (Result, error) {
+	e.Track(k, r)
+	return e.local.Decide(ctx, k, r, e.topo, hits, "i")
+}

@@ -1,0 +1,84 @@
+-- Moves one region's grants of one key towards what it wants, never past
+-- the room the others leave. KEYS[1]: the key's global hash. ARGV[1]:
+-- region, ARGV[2]: limit per window, ARGV[3]: period in ms, ARGV[4]: lease
+-- in ms, ARGV[5]: floor in hits, ARGV[6]: the configured regions, comma-
+-- separated, ARGV[7], ARGV[8]: wanted budget for the current and the next
+-- window, ARGV[12]: the window index ARGV[7] is for (ARGV[8] is for the
+-- one after; a window the caller named no value for keeps its grant, so a
+-- call that crosses a window boundary never applies a value to the wrong
+-- window), ARGV[9]: the generation the caller read (a shrink applies only if
+-- the record is still that one), ARGV[10]: key TTL in ms, ARGV[11]: now in
+-- ms, or "" to read Redis's clock.
+--
+-- Invariant kept, for every window x: the sum over regions of
+-- max(budget(x), floor) <= limit. A grow takes at most limit minus the
+-- others' max(budget, floor); a shrink only lowers. The next window is
+-- granted only within lease of its start. Reply: {window, gen, budget
+-- (window), budget(window+1)} as strings.
+local now = tonumber(ARGV[11])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local me = ARGV[1]
+local limit, period, lease, floor = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local w = math.floor(now / period)
+local horizon = 1
+if (w + 1) * period - now <= lease then horizon = 2 end
+
+local recs, regions = {}, {}
+for r in string.gmatch(ARGV[6], '[^,]+') do regions[r] = true end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local f, v = all[i], all[i + 1]
+  local kind, r = string.sub(f, 1, 2), string.sub(f, 3)
+  if kind == 'd:' or kind == 'g:' then regions[r] = true end
+  if kind == 'g:' then
+    local g, rw, b0, b1 = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
+    if g then
+      recs[r] = {gen = tonumber(g), w = tonumber(rw), b0 = tonumber(b0), b1 = tonumber(b1)}
+    end
+  end
+end
+
+local function budget(rec, x)
+  if not rec then return 0 end
+  if x == rec.w then return rec.b0 end
+  if x == rec.w + 1 then return rec.b1 end
+  return 0
+end
+
+local own = recs[me]
+local gen = 0
+if own then gen = own.gen end
+local wc = tonumber(ARGV[12])
+local function wanted(x, keep)
+  if x == wc then return tonumber(ARGV[7]) end
+  if x == wc + 1 then return tonumber(ARGV[8]) end
+  return keep
+end
+local cur, new = {}, {}
+for i = 1, 2 do
+  local x = w + i - 1
+  cur[i] = budget(own, x)
+  new[i] = cur[i]
+  local want = wanted(x, cur[i])
+  if i <= horizon then
+    if want > cur[i] then
+      local others = 0
+      for r in pairs(regions) do
+        if r ~= me then others = others + math.max(budget(recs[r], x), floor) end
+      end
+      new[i] = math.max(cur[i], math.min(want, limit - others))
+    elseif want < cur[i] and tonumber(ARGV[9]) == gen then
+      new[i] = math.max(want, 0)
+    end
+  end
+end
+-- Every call moves the generation on, changed or not: a shrink read
+-- before this call (a replica whose lease lapsed) must not land after it,
+-- since the caller mirrors this reply into its local caps next.
+gen = gen + 1
+redis.call('HSET', KEYS[1], 'g:' .. me, gen .. ' ' .. w .. ' ' .. new[1] .. ' ' .. new[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[10]))
+return {tostring(w), tostring(gen), tostring(new[1]), tostring(new[2])}

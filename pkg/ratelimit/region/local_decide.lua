@@ -1,0 +1,57 @@
+-- Decides hits of one key in the region's own Redis against the region's
+-- cap for the current window. KEYS[1]: the key's local hash. ARGV[1]: hits,
+-- ARGV[2]: period in ms, ARGV[3]: floor in hits, ARGV[4]: key TTL in ms,
+-- ARGV[5]: now in ms, or "" to read Redis's clock, ARGV[6]: charge mode:
+-- "i" charge if admitted (all or none), "n" never charge (a check), "a"
+-- always charge (a cost known after the fact; negative hits refund, never
+-- below zero; allowed says whether the count is within the cap after it),
+-- "r" reserve (admit when one hit is left, then charge all hits, which may
+-- pass the cap by that one reservation; a refusal charges nothing).
+-- Fields: "c" = "<window> <cap(window)> <cap(window+1)>" (written by the
+-- exchanger, setcap.lua), "u:<window>" = hits admitted in that window,
+-- "a" = hits asked since the key was created (admitted or not: the demand
+-- the exchanger reports). Admits all hits or none; a denial charges
+-- nothing. Reply: {allowed (0/1), cap, remaining, reset ms}.
+local now = tonumber(ARGV[5])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local hits, period, floor = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local w = math.floor(now / period)
+local cap = 0
+local c = redis.call('HGET', KEYS[1], 'c')
+if c then
+  local cw, c0, c1 = string.match(c, '^(%S+) (%S+) (%S+)$')
+  cw = tonumber(cw)
+  if cw == w then cap = tonumber(c0) elseif cw and cw + 1 == w then cap = tonumber(c1) end
+end
+cap = math.max(cap, floor)
+local uf = 'u:' .. w
+local used = tonumber(redis.call('HGET', KEYS[1], uf))
+if not used then
+  used = 0
+  redis.call('HDEL', KEYS[1], 'u:' .. (w - 1), 'u:' .. (w - 2))
+end
+local mode = ARGV[6]
+local allowed = 0
+if mode == 'a' then
+  if hits > 0 then redis.call('HINCRBY', KEYS[1], 'a', hits) end
+  used = math.max(used + hits, 0)
+  redis.call('HSET', KEYS[1], uf, used)
+  if used <= cap then allowed = 1 end
+elseif mode == 'r' then
+  redis.call('HINCRBY', KEYS[1], 'a', hits)
+  if used + 1 <= cap then
+    allowed = 1
+    used = redis.call('HINCRBY', KEYS[1], uf, hits)
+  end
+else
+  if mode == 'i' then redis.call('HINCRBY', KEYS[1], 'a', hits) end
+  if used + hits <= cap then
+    allowed = 1
+    if mode == 'i' then used = redis.call('HINCRBY', KEYS[1], uf, hits) end
+  end
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+return {allowed, cap, math.max(cap - used, 0), (w + 1) * period - now}
