@@ -156,8 +156,8 @@ envoy_gateway_ok() {
 # envoy-gateway: test/gateway runs Envoy Gateway's controller in its
 # standalone mode in front of extauthz. ENVOY_GATEWAY_BIN if set, else the
 # project's copy, else built from the Go module proxy into
-# $ENVOY_GATEWAY_DIR (cold: a 190 MB static binary, about 6 minutes on 2
-# idle cores; see docs/deploy.md).
+# $ENVOY_GATEWAY_DIR (cold: a 239 MB static binary, 18.5 minutes measured on
+# 2 busy cores, about 6 on a quiet machine; see docs/deploy.md).
 ensure_envoy_gateway() {
   local install="GOBIN=$ENVOY_GATEWAY_DIR CGO_ENABLED=0 go install ${ENVOY_GATEWAY_PKG}@${ENVOY_GATEWAY_VERSION}"
   if [ -n "${ENVOY_GATEWAY_BIN:-}" ]; then
