@@ -348,11 +348,31 @@ func (s *setup) checkPolicyChange(t *testing.T) {
 	applied := s.metric(t, `extauthz_policy_xds_updates_total{result="applied"}`)
 	egPID, rlPID := s.eg.cmd.Process.Pid, s.rl.cmd.Process.Pid
 	render(t, s.resources, "users-limit.yaml", usersLimitYAML, map[string]any{"PerMinute": 5})
-	waitUntil(t, "extauthz to apply the new RateLimitConfig", time.Minute, func() bool {
-		return s.metric(t, `extauthz_policy_xds_updates_total{result="applied"}`) > applied
+	// The controller reloads the whole directory on a change, and may
+	// publish snapshots on the way (under load a reload takes seconds), so
+	// the change is awaited in two steps: the controller serves the new
+	// limit, then a probe user gets exactly it through Envoy.
+	waitUntil(t, "the controller to serve 5/MINUTE", time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cfgs, err := s.fetchRateLimitConfigsErr(ctx, s.rlClientTLS(t))
+		return err == nil && hasLimit(cfgs, "5/MINUTE")
 	}, s.eg, s.rl)
+	waitUntil(t, "5 a minute to hold through Envoy", time.Minute, func() bool {
+		clearOfWindowEdge(time.Minute, 5*time.Second)
+		user := uniq("probe")
+		for range 5 {
+			if s.getQuiet("/users", user) != http.StatusOK {
+				return false
+			}
+		}
+		return s.getQuiet("/users", user) == http.StatusTooManyRequests
+	}, s.eg, s.rl)
+	if now := s.metric(t, `extauthz_policy_xds_updates_total{result="applied"}`); now <= applied {
+		t.Errorf("extauthz applied %v RateLimitConfig updates, %v before the edit: the change must come over xDS", now, applied)
+	}
 	// Envoy's route config carries no limit values; only extauthz's policy
-	// changed. A fresh user now gets 5.
+	// changed. Another fresh user gets exactly 5 too: it holds.
 	clearOfWindowEdge(time.Minute, 20*time.Second)
 	s.expectLimit(t, "/users", uniq("carol"), 5)
 	if s.eg.exited() || s.rl.exited() || s.eg.cmd.Process.Pid != egPID || s.rl.cmd.Process.Pid != rlPID {
@@ -404,6 +424,28 @@ func (s *setup) checkMutualTLS(t *testing.T) {
 	if _, err := s.fetchRateLimitConfigsErr(ctx, noCert); err == nil {
 		t.Error("the controller's rate-limit xDS server served a client without a certificate")
 	}
+}
+
+// hasLimit reports whether any descriptor of cfgs has the limit N/UNIT.
+func hasLimit(cfgs []*rlsconfv3.RateLimitConfig, limit string) bool {
+	var walk func([]*rlsconfv3.RateLimitDescriptor) bool
+	walk = func(ds []*rlsconfv3.RateLimitDescriptor) bool {
+		for _, d := range ds {
+			if rl := d.GetRateLimit(); rl != nil && fmt.Sprintf("%d/%s", rl.GetRequestsPerUnit(), rl.GetUnit()) == limit {
+				return true
+			}
+			if walk(d.GetDescriptors()) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range cfgs {
+		if walk(c.GetDescriptors()) {
+			return true
+		}
+	}
+	return false
 }
 
 // expectLimit sends limit requests of user to path (each 200) and one more

@@ -173,8 +173,9 @@ spec:
         request_handle:streamInfo():dynamicMetadata():set("{{.CostNamespace}}", "{{.RequestKey}}", 0)
       end
       function envoy_on_response(response_handle)
-        local tokens = tonumber(response_handle:headers():get("x-usage-tokens"))
-        if tokens ~= nil then
+        local header = response_handle:headers():get("x-usage-tokens")
+        local tokens = header and tonumber(header)
+        if tokens then
           response_handle:streamInfo():dynamicMetadata():set("{{.CostNamespace}}", "{{.CostKey}}", tokens)
         end
       end
