@@ -8,7 +8,10 @@
 # the S3-compatible test server, from PyPI, each into a project-local
 # virtualenv; kube-score, the manifest linter of test/k8s, with `go install`
 # into .cache/; kube-apiserver and etcd, which test/k8s dry-runs the
-# manifests against, built from the Go module proxy into .cache/; the Docker
+# manifests against, built from the Go module proxy into .cache/, and for
+# test/cluster's single-node cluster the controller-manager, scheduler,
+# kubelet and kube-proxy of the same release and the CNI plugins, likewise,
+# with Debian's containerd, runc, iptables, conntrack and socat; the Docker
 # engine from Debian's docker.io, started in the background when none
 # answers; the docker CLI's buildx and compose v2 plugins built from the Go
 # module proxy; debootstrap, then the base images, pulled or built as local
