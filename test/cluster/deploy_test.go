@@ -116,9 +116,39 @@ func (c *cluster) checkServiceRouting(t *testing.T) string {
 	if err != nil || codes.Code(resp.GetStatus().GetCode()) != codes.OK {
 		t.Fatalf("Check through the Service %s:9001: %v %v", ip, resp, err)
 	}
-	slices, err := c.client.DiscoveryV1().EndpointSlices(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + appName})
+	// The EndpointSlice controller follows the pods' readiness shortly.
+	var ready map[string]bool
+	pods := c.appPods(t)
+	err = poll(t.Context(), 30*time.Second, func() error {
+		var err error
+		if ready, err = c.readyEndpoints(t.Context()); err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if !ready[p.Status.PodIP] {
+				return fmt.Errorf("pod %s (%s) is not a ready endpoint of the Service: %v", p.Name, p.Status.PodIP, ready)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range pods {
+		pc := dial(t, serviceAddr(p.Status.PodIP, 9001))
+		if _, err := healthpb.NewHealthClient(pc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Errorf("pod %s at %s: %v", p.Name, p.Status.PodIP, err)
+		}
+	}
+	t.Logf("Service %s:9001 answers from the host; ready endpoints %v", ip, ready)
+	return ip
+}
+
+// readyEndpoints are the addresses the Service's EndpointSlices list ready.
+func (c *cluster) readyEndpoints(ctx context.Context) (map[string]bool, error) {
+	slices, err := c.client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + appName})
+	if err != nil {
+		return nil, err
 	}
 	ready := map[string]bool{}
 	for _, s := range slices.Items {
@@ -128,17 +158,7 @@ func (c *cluster) checkServiceRouting(t *testing.T) string {
 			}
 		}
 	}
-	for _, p := range c.appPods(t) {
-		if !ready[p.Status.PodIP] {
-			t.Errorf("pod %s (%s) is not a ready endpoint of the Service: %v", p.Name, p.Status.PodIP, ready)
-		}
-		pc := dial(t, serviceAddr(p.Status.PodIP, 9001))
-		if _, err := healthpb.NewHealthClient(pc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
-			t.Errorf("pod %s at %s: %v", p.Name, p.Status.PodIP, err)
-		}
-	}
-	t.Logf("Service %s:9001 answers from the host; ready endpoints %v", ip, ready)
-	return ip
+	return ready, nil
 }
 
 // checkSharedLimit: one tenant's calls over several connections (so over
@@ -199,16 +219,22 @@ func (c *cluster) checkHPA(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(h.Status.Conditions) == 0 {
-			return fmt.Errorf("HPA: no conditions yet")
+		// The controller writes its status a sync or two after scaling.
+		if h.Status.CurrentReplicas != replicas || h.Status.DesiredReplicas != replicas {
+			return fmt.Errorf("HPA: current %d desired %d replicas, want %d", h.Status.CurrentReplicas, h.Status.DesiredReplicas, replicas)
 		}
-		return nil
+		for _, cond := range h.Status.Conditions {
+			if cond.Type == autoscalingv2.ScalingActive {
+				return nil
+			}
+		}
+		return fmt.Errorf("HPA: no ScalingActive condition yet: %v", h.Status.Conditions)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Spec.ScaleTargetRef.Name != appName || h.Status.CurrentReplicas != replicas || h.Status.DesiredReplicas != replicas {
-		t.Errorf("HPA: target %s, current %d desired %d replicas, want %s at %d", h.Spec.ScaleTargetRef.Name, h.Status.CurrentReplicas, h.Status.DesiredReplicas, appName, replicas)
+	if h.Spec.ScaleTargetRef.Name != appName {
+		t.Errorf("HPA: target %s, want %s", h.Spec.ScaleTargetRef.Name, appName)
 	}
 	target := h.Spec.Metrics[0].Resource
 	t.Logf("HPA target: %s %s averageUtilization %d%%, replicas %d..%d", h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name,

@@ -52,6 +52,24 @@ type hostState struct {
 	netns    map[string]bool     // /var/run/netns entries
 	logLinks map[string]bool     // /var/log/containers entries
 	cgroups  map[string]bool     // kubepods directories
+	existed  map[string]bool     // hostPaths present before
+}
+
+// hostPaths are the host directories the kubelet, containerd and the CNI
+// plugins create whatever their configured roots: the kubelet's device
+// plugin socket, libcni's result cache, the containerd 1.6 shims' sockets,
+// the kubelet's log links. Those the run created are removed after it:
+// wholly when only the cluster writes there, only when empty otherwise (a
+// Docker engine's shims share /run/containerd/s).
+var hostPaths = []struct {
+	path   string
+	wholly bool
+}{
+	{"/var/lib/kubelet", true},
+	{"/var/lib/cni", true},
+	{"/run/containerd/s", false},
+	{"/run/containerd", false},
+	{"/var/log/containers", false},
 }
 
 var ruleTools = []string{"iptables", "ip6tables"}
@@ -76,6 +94,12 @@ func snapshotHost() (*hostState, error) {
 	h.netns = dirSet("/var/run/netns")
 	h.logLinks = dirSet("/var/log/containers")
 	h.cgroups = kubepodsCgroups()
+	h.existed = map[string]bool{}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p.path); err == nil {
+			h.existed[p.path] = true
+		}
+	}
 	return h, nil
 }
 
@@ -219,6 +243,20 @@ func (c *cluster) restoreHost(note func(string, ...any)) {
 			if target, err := os.Readlink(p); err == nil && strings.HasPrefix(target, c.dir) {
 				_ = os.Remove(p)
 			}
+		}
+	}
+	for _, p := range hostPaths {
+		if h.existed[p.path] {
+			continue
+		}
+		var err error
+		if p.wholly {
+			err = os.RemoveAll(p.path)
+		} else {
+			err = os.Remove(p.path)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			note("remove %s (created by the run): %v", p.path, err)
 		}
 	}
 	for dir := range kubepodsCgroups() {

@@ -21,7 +21,9 @@ import (
 //   - restrict_oom_score_adj: the VM lacks CAP_SYS_RESOURCE, and every
 //     sandbox failed when the kubelet's OOM score (-998) was applied as is;
 //   - the CNI plugins of scripts/test-deps.sh and the conflist written here;
-//   - the sandbox image built here (pause/), never pulled.
+//   - the sandbox image built here (pause/), never pulled;
+//   - the pods' network namespaces under its state directory, not the
+//     host's /var/run/netns.
 func (c *cluster) startContainerd(ctx context.Context) error {
 	d := filepath.Join(c.dir, "containerd")
 	c.sock = filepath.Join(d, "containerd.sock")
@@ -47,6 +49,7 @@ state = %[2]q
   sandbox_image = %[5]q
   restrict_oom_score_adj = true
   disable_apparmor = true
+  netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
