@@ -95,27 +95,16 @@ func (c *cluster) appPods(t *testing.T) []corev1.Pod {
 	return pods.Items
 }
 
-// checkServiceRouting: from the host, through the ClusterIP (kube-proxy's
-// iptables rules), health SERVING and a Check allowed; the EndpointSlice
-// lists every pod; each pod answers on its own address (so that the
-// Service's picks can reach any of them).
+// checkServiceRouting: the EndpointSlice lists every pod ready; from the
+// host, through the ClusterIP (kube-proxy's iptables rules), health
+// SERVING and a Check allowed; each pod answers on its own address (so
+// that the Service's picks can reach any of them).
 func (c *cluster) checkServiceRouting(t *testing.T) string {
 	svc, err := c.client.CoreV1().Services(namespace).Get(t.Context(), appName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ip := svc.Spec.ClusterIP
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn := dial(t, serviceAddr(ip, 9001))
-	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health through the Service %s:9001: %v %v", ip, h, err)
-	}
-	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, checkRequest("routing", "/orders/1"))
-	if err != nil || codes.Code(resp.GetStatus().GetCode()) != codes.OK {
-		t.Fatalf("Check through the Service %s:9001: %v %v", ip, resp, err)
-	}
 	// The EndpointSlice controller follows the pods' readiness shortly.
 	var ready map[string]bool
 	pods := c.appPods(t)
@@ -133,6 +122,28 @@ func (c *cluster) checkServiceRouting(t *testing.T) string {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// kube-proxy programs the Service's rules shortly after (until then
+	// the ClusterIP refuses connections).
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	conn := dial(t, serviceAddr(ip, 9001))
+	err = poll(ctx, 30*time.Second, func() error {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if h.Status != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health %s", h.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("health through the Service %s:9001: %v", ip, err)
+	}
+	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, checkRequest("routing", "/orders/1"))
+	if err != nil || codes.Code(resp.GetStatus().GetCode()) != codes.OK {
+		t.Fatalf("Check through the Service %s:9001: %v %v", ip, resp, err)
 	}
 	for _, p := range pods {
 		pc := dial(t, serviceAddr(p.Status.PodIP, 9001))
