@@ -19,9 +19,9 @@ E2E_DOCKER_RUN ?= ^(TestFrontProxy|TestRollingRestartSameAddress|TestEnvoyDocker
 # the tools scripts/test-deps.sh builds under .cache/ (kube-apiserver's
 # build module among them).
 SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' -not -path './.cache/*' | sort))
-# test/cluster runs k8s/ on a real single-node cluster: the stage
-# test-cluster, on its own (it needs the machine: a kubelet, containerd and
-# the pods).
+# test/cluster runs k8s/ on a real single-node cluster: test-only runs it
+# last, alone (it needs the machine: a kubelet, containerd and the pods);
+# `make test-cluster` runs only it.
 CLUSTER_MODULE := test/cluster
 TEST_SUBMODULES := $(filter-out $(CLUSTER_MODULE),$(SUBMODULES))
 LDFLAGS    := -X main.version=$(VERSION)
@@ -68,6 +68,8 @@ test-only:
 		echo "== (cd $$m && go test $(TEST_FLAGS) ./...)"; \
 		(cd $$m && $(GO) test $(TEST_FLAGS) ./...) || status=1; \
 	done; \
+	echo "== (cd $(CLUSTER_MODULE) && go test $(TEST_FLAGS) ./...) (alone, last: a kubelet and its pods)"; \
+	(cd $(CLUSTER_MODULE) && $(GO) test $(TEST_FLAGS) ./...) || status=1; \
 	exit $$status
 
 ## test-cluster: k8s/ applied to a real single-node Kubernetes cluster (root;
