@@ -18,7 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -530,14 +529,4 @@ func freeAddr() string {
 func freePort() string {
 	_, port, _ := net.SplitHostPort(freeAddr())
 	return port
-}
-
-// ensureNamespaceSA waits for the namespace's default service account,
-// which a pod without serviceAccountName needs.
-func (c *cluster) ensureNamespaceSA(ctx context.Context, ns string) error {
-	err := c.waitServiceAccount(ctx, ns, "default")
-	if apierrors.IsNotFound(errors.Unwrap(err)) {
-		return fmt.Errorf("namespace %s: no default service account: %w", ns, err)
-	}
-	return err
 }

@@ -297,14 +297,14 @@ func withLibraries(name string) ([]imageFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	real, err := filepath.EvalSymlinks(path)
+	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return nil, err
 	}
-	files := []imageFile{{src: real, dst: "/usr/bin/" + name, mode: 0o755}}
-	out, err := exec.Command("ldd", real).Output()
+	files := []imageFile{{src: resolved, dst: "/usr/bin/" + name, mode: 0o755}}
+	out, err := exec.Command("ldd", resolved).Output()
 	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", real, err)
+		return nil, fmt.Errorf("ldd %s: %w", resolved, err)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		for _, f := range strings.Fields(line) {
