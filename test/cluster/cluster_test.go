@@ -190,8 +190,9 @@ func builtFrom(bin, module, version string) error {
 	return nil
 }
 
-// checkHost: root (mounts, links, iptables), a Docker engine, and no
-// route overlapping the cluster's ranges.
+// checkHost: root (mounts, links, iptables), no route overlapping the
+// cluster's ranges, no bridge of an earlier run. (The Docker engine is
+// checked where the images are built.)
 func checkHost() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%w: root (the kubelet mounts volumes, the CNI plugins create links and iptables rules)", errMissing)
