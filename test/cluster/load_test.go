@@ -55,6 +55,7 @@ type load struct {
 	ok       int
 	denied   int // a decision, not a failure (the limits are far above the rate)
 	failures []string
+	slow     []string // calls that took over slowCall, with when they started
 	lat      []time.Duration
 
 	stop chan struct{}
@@ -65,6 +66,10 @@ type load struct {
 // what the rollout test looks for is a call refused or reset (an address
 // that no longer serves), not a slow one; latency is reported, not asserted.
 const callTimeout = 5 * time.Second
+
+// slowCall: calls slower than this are listed in the log (a sidecar's
+// ext_authz timeout is usually below it), though they do not fail the test.
+const slowCall = time.Second
 
 func startLoad(t *testing.T, addr string, conns int, rate int) *load {
 	t.Helper()
@@ -97,6 +102,9 @@ func (l *load) run(client authv3.AuthorizationClient, tenant string) {
 		l.mu.Lock()
 		l.sent++
 		l.lat = append(l.lat, elapsed)
+		if elapsed > slowCall {
+			l.slow = append(l.slow, fmt.Sprintf("%s %s: %s", start.Format("15:04:05.000"), tenant, elapsed.Round(time.Millisecond)))
+		}
 		switch {
 		case err != nil:
 			l.failures = append(l.failures, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), tenant, err))
@@ -122,8 +130,12 @@ func (l *load) finish() string {
 		}
 		return l.lat[int(p*float64(len(l.lat)-1))].Round(100 * time.Microsecond)
 	}
-	return fmt.Sprintf("%d calls over %d connections: %d allowed, %d denied, %d failed; latency p50 %s p99 %s max %s",
+	summary := fmt.Sprintf("%d calls over %d connections: %d allowed, %d denied, %d failed; latency p50 %s p99 %s max %s",
 		l.sent, l.conns, l.ok, l.denied, len(l.failures), q(0.5), q(0.99), q(1))
+	if len(l.slow) > 0 {
+		summary += fmt.Sprintf("; %d over %s:%s", len(l.slow), slowCall, firstLines(l.slow, 10))
+	}
+	return summary
 }
 
 func (l *load) failed() []string {
