@@ -19,12 +19,17 @@ E2E_DOCKER_RUN ?= ^(TestFrontProxy|TestRollingRestartSameAddress|TestEnvoyDocker
 # the tools scripts/test-deps.sh builds under .cache/ (kube-apiserver's
 # build module among them).
 SUBMODULES := $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.git/*' -not -path './.cache/*' | sort))
+# test/cluster runs k8s/ on a real single-node cluster: test-only runs it
+# last, alone (it needs the machine: a kubelet, containerd and the pods);
+# `make test-cluster` runs only it.
+CLUSTER_MODULE := test/cluster
+TEST_SUBMODULES := $(filter-out $(CLUSTER_MODULE),$(SUBMODULES))
 LDFLAGS    := -X main.version=$(VERSION)
 # The linter, pinned; `make lint` builds it into .cache/ (gitignored) once.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(CURDIR)/.cache/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 
-.PHONY: run validate try build test test-only lint bench vet fmt-check clean
+.PHONY: run validate try build test test-only test-cluster test-cluster-only lint bench vet fmt-check clean
 
 ## run: serve the example policy with the memory store (gRPC $(GRPC_ADDR), HTTP $(HTTP_ADDR))
 run:
@@ -61,11 +66,23 @@ test-only:
 	$(GO) test $(TEST_FLAGS) ./test/e2e/... || status=1; \
 	echo "== E2E_ENVOY=docker go test $(TEST_FLAGS) -run '$(E2E_DOCKER_RUN)' ./test/e2e/ (Envoy with docker run)"; \
 	E2E_ENVOY=docker $(GO) test $(TEST_FLAGS) -run '$(E2E_DOCKER_RUN)' ./test/e2e/ || status=1; \
-	for m in $(SUBMODULES); do \
+	for m in $(TEST_SUBMODULES); do \
 		echo "== (cd $$m && go test $(TEST_FLAGS) ./...)"; \
 		(cd $$m && $(GO) test $(TEST_FLAGS) ./...) || status=1; \
 	done; \
+	echo "== (cd $(CLUSTER_MODULE) && go test $(TEST_FLAGS) ./...) (alone, last: a kubelet and its pods)"; \
+	(cd $(CLUSTER_MODULE) && $(GO) test $(TEST_FLAGS) ./...) || status=1; \
 	exit $$status
+
+## test-cluster: k8s/ applied to a real single-node Kubernetes cluster (root;
+## scripts/test-deps.sh builds its parts into .cache/ first): docs/testing.md
+test-cluster:
+	@scripts/test-deps.sh $(MAKE) --no-print-directory test-cluster-only
+
+## test-cluster-only: `make test-cluster` without the dependency check
+test-cluster-only:
+	@echo "== (cd $(CLUSTER_MODULE) && go test $(TEST_FLAGS) ./...) (alone: a kubelet and its pods)"
+	@cd $(CLUSTER_MODULE) && $(GO) test $(TEST_FLAGS) ./...
 
 ## bench: benchmarks only (no tests), with allocations
 bench:

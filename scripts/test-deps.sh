@@ -8,7 +8,10 @@
 # the S3-compatible test server, from PyPI, each into a project-local
 # virtualenv; kube-score, the manifest linter of test/k8s, with `go install`
 # into .cache/; kube-apiserver and etcd, which test/k8s dry-runs the
-# manifests against, built from the Go module proxy into .cache/; the Docker
+# manifests against, built from the Go module proxy into .cache/, and for
+# test/cluster's single-node cluster the controller-manager, scheduler,
+# kubelet and kube-proxy of the same release and the CNI plugins, likewise,
+# with Debian's containerd, runc, iptables, conntrack and socat; the Docker
 # engine from Debian's docker.io, started in the background when none
 # answers; the docker CLI's buildx and compose v2 plugins built from the Go
 # module proxy; debootstrap, then the base images, pulled or built as local
@@ -281,12 +284,13 @@ kube_bin_ok() {
 kube_apiserver_ok() { kube_bin_ok "$1" k8s.io/kubernetes "$KUBE_VERSION"; }
 etcd_ok() { kube_bin_ok "$1" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"; }
 
-# build_kube_apiserver: k8s.io/kubernetes cannot be `go install`ed (its
+# kube_build_module SRC: k8s.io/kubernetes cannot be `go install`ed (its
 # go.mod replaces the k8s.io/* staging modules with local directories), so a
-# throwaway module in $KUBE_DIR/src requires it and pins each staging module
-# to its released v0.x twin, then builds kube-apiserver and etcd from it.
-build_kube_apiserver() {
-  local src="$KUBE_DIR/src" kmod minor etcd
+# throwaway module in SRC requires it and pins each staging module to its
+# released v0.x twin. Fails when KUBE_VERSION requires another etcd than
+# ETCD_VERSION.
+kube_build_module() {
+  local src="$1" kmod minor etcd
   mkdir -p "$src"
   kmod="$(cd "$src" && go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | awk -F'"' '$2 == "GoMod" { print $4 }')"
   [ -n "$kmod" ] || return 1
@@ -297,18 +301,33 @@ build_kube_apiserver() {
   fi
   minor="${KUBE_VERSION#v1.}"
   {
-    printf 'module extauthz.local/kube-apiserver-build\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\n' "$KUBE_VERSION"
+    printf 'module extauthz.local/kube-build\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\n' "$KUBE_VERSION"
     # Every "k8s.io/X => ./staging/src/k8s.io/X" becomes "k8s.io/X => k8s.io/X v0.<minor>".
     awk -v v="v0.${minor}" '$2 == "=>" && $3 ~ /^\.\/staging\// { printf "replace %s => %s %s\n", $1, $1, v }' "$kmod"
   } >"$src/go.mod"
+}
+
+# kube_build SRC OUT PKG: build one k8s.io/kubernetes command in the module
+# kube_build_module made, static, with the version ldflags (without them it
+# reports v0.0.0, and the kubelet's version skew checks see that).
+kube_build() {
+  local src="$1" out="$2" pkg="$3" minor="${KUBE_VERSION#v1.}"
   (
     cd "$src" &&
-      go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" &&
-      CGO_ENABLED=0 go build -trimpath -o "$KUBE_DIR/kube-apiserver" \
+      go get "${pkg}@${KUBE_VERSION}" &&
+      CGO_ENABLED=0 go build -trimpath -o "$out" \
         -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}" \
-        k8s.io/kubernetes/cmd/kube-apiserver &&
-      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$KUBE_DIR/etcd" go.etcd.io/etcd/server/v3
+        "$pkg"
   )
+}
+
+# build_kube_apiserver: kube-apiserver and etcd into $KUBE_DIR.
+build_kube_apiserver() {
+  local src="$KUBE_DIR/src"
+  kube_build_module "$src" || return 1
+  kube_build "$src" "$KUBE_DIR/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver &&
+    (cd "$src" && go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" &&
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$KUBE_DIR/etcd" go.etcd.io/etcd/server/v3)
 }
 
 # kube-apiserver and etcd: test/k8s server-side dry-runs every kustomization
@@ -330,6 +349,80 @@ ensure_kube_apiserver() {
   fi
 }
 
+# The node of test/cluster's single-node cluster: the other control-plane
+# components and the node agents, from the same k8s.io/kubernetes release as
+# kube-apiserver (its kubelet refuses this kind of machine's cgroup v1
+# unless its configuration says failCgroupV1: false, which test/cluster's
+# does). Built into .cache/kube-node-<version>/ (gitignored).
+KUBE_NODE_DIR="$PWD/.cache/kube-node-${KUBE_VERSION}"
+KUBE_NODE_CMDS="kube-controller-manager kube-scheduler kubelet kube-proxy"
+
+# ensure_kube_node: KUBE_NODE_DIR holds the four commands at KUBE_VERSION,
+# built from the Go module proxy when absent (cold, one at a time after
+# kube-apiserver: see docs/testing.md for the measured minutes).
+ensure_kube_node() {
+  local c missing_cmds=""
+  for c in $KUBE_NODE_CMDS; do
+    kube_bin_ok "$KUBE_NODE_DIR/$c" k8s.io/kubernetes "$KUBE_VERSION" || missing_cmds="$missing_cmds $c"
+  done
+  [ -z "$missing_cmds" ] && return
+  log "building${missing_cmds} ${KUBE_VERSION} into $KUBE_NODE_DIR (once; minutes)"
+  kube_build_module "$KUBE_NODE_DIR/src" ||
+    missing "k8s.io/kubernetes ${KUBE_VERSION} (go mod download failed)" "scripts/test-deps.sh true"
+  for c in $missing_cmds; do
+    kube_build "$KUBE_NODE_DIR/src" "$KUBE_NODE_DIR/$c" "k8s.io/kubernetes/cmd/$c" &&
+      kube_bin_ok "$KUBE_NODE_DIR/$c" k8s.io/kubernetes "$KUBE_VERSION" ||
+      missing "$c ${KUBE_VERSION}" "scripts/test-deps.sh true (it builds it into $KUBE_NODE_DIR)"
+  done
+}
+
+CNI_PLUGINS_VERSION=v1.9.1
+CNI_PLUGINS="bridge host-local loopback portmap firewall"
+# Where the CNI plugins are built (gitignored); the kubelet's cni bin dir.
+CNI_DIR="$PWD/.cache/cni-plugins-${CNI_PLUGINS_VERSION}"
+
+cni_plugin_pkg() {
+  case "$1" in
+    host-local) echo "github.com/containernetworking/plugins/plugins/ipam/host-local" ;;
+    portmap | firewall) echo "github.com/containernetworking/plugins/plugins/meta/$1" ;;
+    *) echo "github.com/containernetworking/plugins/plugins/main/$1" ;;
+  esac
+}
+
+# ensure_cni_plugins: the pod network of test/cluster (bridge + host-local
+# addresses, portmap, firewall: the Docker engine's FORWARD policy is DROP,
+# and the firewall plugin admits the pods' traffic), `go install`ed.
+ensure_cni_plugins() {
+  local p pkgs="" need=0
+  for p in $CNI_PLUGINS; do
+    kube_bin_ok "$CNI_DIR/$p" github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION" || need=1
+    pkgs="$pkgs $(cni_plugin_pkg "$p")@${CNI_PLUGINS_VERSION}"
+  done
+  [ "$need" = 0 ] && return
+  log "building the CNI plugins ${CNI_PLUGINS_VERSION} (${CNI_PLUGINS}) into $CNI_DIR"
+  # shellcheck disable=SC2086 # one word per package
+  CGO_ENABLED=0 GOBIN="$CNI_DIR" go install -trimpath -ldflags "-s -w" $pkgs ||
+    missing "the CNI plugins ${CNI_PLUGINS_VERSION}" "CGO_ENABLED=0 GOBIN=$CNI_DIR go install$pkgs"
+}
+
+# ensure_node_runtime: the container runtime and the tools the kubelet and
+# kube-proxy run: Debian's containerd (1.6, its CRI plugin built in; test/
+# cluster runs its own instance with its own root, state and socket, so the
+# Docker engine's is untouched), runc, iptables, conntrack, socat.
+ensure_node_runtime() {
+  local c need=""
+  for c in containerd:containerd ctr:containerd runc:runc iptables:iptables conntrack:conntrack socat:socat; do
+    command -v "${c%%:*}" >/dev/null 2>&1 || need="$need ${c##*:}"
+  done
+  [ -z "$need" ] && return
+  # shellcheck disable=SC2086 # one word per package
+  need="$(printf '%s\n' $need | sort -u | tr '\n' ' ')"
+  log "installing $need(Debian packages; test/cluster's node runs them)"
+  # shellcheck disable=SC2086
+  apt_install $need ||
+    missing "$need(the cluster node's runtime)" "sudo apt-get update && sudo apt-get install -y $need"
+}
+
 main() {
   [ $# -gt 0 ] || { echo "usage: $0 CMD [ARG...]" >&2; exit 2; }
   command -v go >/dev/null 2>&1 || missing "go" "see https://go.dev/doc/install (the version in go.mod)"
@@ -338,11 +431,15 @@ main() {
   ensure_moto
   ensure_kube_score
   ensure_kube_apiserver
+  ensure_kube_node
+  ensure_cni_plugins
+  ensure_node_runtime
   ensure_envoy_gateway
   ensure_docker
   ensure_docker_plugins
   ensure_base_images
   export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN KUBE_APISERVER_BIN ETCD_BIN ENVOY_GATEWAY_BIN
+  export KUBE_NODE_DIR CNI_DIR
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
   log "$(redis-server --version)"
@@ -351,6 +448,8 @@ main() {
   log "kube-score ${KUBE_SCORE_VERSION}: $KUBE_SCORE_BIN"
   log "kube-apiserver ${KUBE_VERSION}: $KUBE_APISERVER_BIN; etcd ${ETCD_VERSION}: $ETCD_BIN"
   log "envoy-gateway ${ENVOY_GATEWAY_VERSION}: $ENVOY_GATEWAY_BIN"
+  log "kubelet, controller-manager, scheduler, kube-proxy ${KUBE_VERSION}: $KUBE_NODE_DIR"
+  log "CNI plugins ${CNI_PLUGINS_VERSION}: $CNI_DIR; $(containerd --version); $(runc --version | head -n1)"
   log "docker: engine $(docker version --format '{{.Server.Version}}'), $(docker buildx version | head -n1), $(docker compose version | head -n1)"
   exec "$@"
 }

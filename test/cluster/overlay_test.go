@@ -1,0 +1,53 @@
+package cluster
+
+import (
+	"encoding/base64"
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestOverlayMatchesHarness: the test overlay runs the images the harness
+// imports (a name that differs would be pulled, and no registry answers),
+// and Redis at the address its Secret names. No cluster needed.
+func TestOverlayMatchesHarness(t *testing.T) {
+	objs := render(t, overlayDir())
+	var images []string
+	redisIP, url := "", ""
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment":
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			for _, c := range cs {
+				images = append(images, c.(map[string]any)["image"].(string))
+			}
+		case "Service":
+			if o.GetName() == "redis" {
+				redisIP, _, _ = unstructured.NestedString(o.Object, "spec", "clusterIP")
+			}
+		case "Secret":
+			url, _, _ = unstructured.NestedString(o.Object, "stringData", "url")
+			if url == "" {
+				enc, _, _ := unstructured.NestedString(o.Object, "data", "url")
+				url = decodeB64(t, enc)
+			}
+		}
+	}
+	slices.Sort(images)
+	if want := []string{appImage, redisImage}; !slices.Equal(images, want) {
+		t.Errorf("images %v, want %v (the ones TestMain imports)", images, want)
+	}
+	if want := "redis://" + redisIP + ":6379/0"; redisIP == "" || url != want {
+		t.Errorf("Redis URL %q, Service clusterIP %q: want the URL to name that address (%s)", url, redisIP, want)
+	}
+}
+
+func decodeB64(t *testing.T, s string) string {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
