@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -405,11 +406,6 @@ func (c Config) rules() []rule {
 		{"KEY_PREFIX", "text without '{' or '}', e.g. xa", c.KeyPrefix, !strings.ContainsAny(c.KeyPrefix, "{}")},
 		{"MEMORY_MAX_KEYS", "0 (unbounded) or more", c.MemoryMaxKeys, c.MemoryMaxKeys >= 0},
 		{"ALLOTMENT_MAX_SLICES", "1 or more", c.AllotmentMaxSlices, c.AllotmentMaxSlices >= 1},
-		{"GLOBAL_REDIS_URL", "empty, or a redis:// or rediss:// URL with EXTAUTHZ_REDIS_URL set", redactURL(c.GlobalRedisURL),
-			c.GlobalRedisURL == "" || c.RedisURL != "" && (strings.HasPrefix(c.GlobalRedisURL, "redis://") || strings.HasPrefix(c.GlobalRedisURL, "rediss://"))},
-		{"REGION", "with EXTAUTHZ_GLOBAL_REDIS_URL, one of EXTAUTHZ_REGIONS (distinct names without commas or spaces)", c.Region, c.GlobalRedisURL == "" || c.topology().Validate() == nil},
-		{"REGION_EXCHANGE_INTERVAL", "a duration above 0, e.g. 1s", c.RegionExchangeInterval, c.RegionExchangeInterval > 0},
-		{"REGION_LEASE", "a duration at least EXTAUTHZ_REGION_EXCHANGE_INTERVAL, e.g. 3s", c.RegionLease, c.RegionLease >= c.RegionExchangeInterval},
 		{"REDIS_MAX_BATCH", "0 or 1 (no coalescing) to 4096", c.RedisMaxBatch, c.RedisMaxBatch >= 0 && c.RedisMaxBatch <= 4096},
 		{"IDEMPOTENCY_MEMORY_MAX_KEYS", "0 (unbounded) or more", c.IdempotencyMemoryMaxKeys, c.IdempotencyMemoryMaxKeys >= 0},
 		{"GRPC_MAX_RECV_BYTES", fmt.Sprintf("0 (the default, %d) or %d to %d", defaultGRPCMessage, minGRPCMessage, maxGRPCMessage), c.GRPCMaxRecvBytes, validGRPCMessage(c.GRPCMaxRecvBytes)},
@@ -425,7 +421,18 @@ func (c Config) rules() []rule {
 		{"OTLP_ENDPOINT", "empty (tracing off), or http://host:port or https://host:port (a path only with http/protobuf)", redactURL(c.OTLPEndpoint), c.validOTLPEndpoint()},
 		{"OTLP_PROTOCOL", "grpc or http/protobuf", c.OTLPProtocol, c.OTLPProtocol == tracing.ProtocolGRPC || c.OTLPProtocol == tracing.ProtocolHTTP},
 		{"TRACE_SAMPLE_RATIO", "a ratio in [0, 1]", c.TraceSampleRatio, c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1},
-	}, append(c.listenRules(), c.xdsRules()...)...)
+	}, slices.Concat(c.listenRules(), c.xdsRules(), c.regionRules())...)
+}
+
+// regionRules constrains the settings of global limits (docs/multi-region.md).
+func (c Config) regionRules() []rule {
+	return []rule{
+		{"GLOBAL_REDIS_URL", "empty, or a redis:// or rediss:// URL with EXTAUTHZ_REDIS_URL set", redactURL(c.GlobalRedisURL),
+			c.GlobalRedisURL == "" || c.RedisURL != "" && (strings.HasPrefix(c.GlobalRedisURL, "redis://") || strings.HasPrefix(c.GlobalRedisURL, "rediss://"))},
+		{"REGION", "with EXTAUTHZ_GLOBAL_REDIS_URL, one of EXTAUTHZ_REGIONS (distinct names without commas or spaces)", c.Region, c.GlobalRedisURL == "" || c.topology().Validate() == nil},
+		{"REGION_EXCHANGE_INTERVAL", "a duration above 0, e.g. 1s", c.RegionExchangeInterval, c.RegionExchangeInterval > 0},
+		{"REGION_LEASE", "a duration at least EXTAUTHZ_REGION_EXCHANGE_INTERVAL, e.g. 3s", c.RegionLease, c.RegionLease >= c.RegionExchangeInterval},
+	}
 }
 
 // Validate returns every problem of c, one line each, naming the variable,

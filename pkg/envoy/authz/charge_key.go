@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,7 +130,7 @@ func (k *chargeKeys) unreadableKeys(scope string, base []ratelimit.Entry, cl *po
 func sharedKeys(base []ratelimit.Entry, kind policy.ChargeKeyKind, values []string) []string {
 	out := make([]string, len(values))
 	for i, v := range values {
-		entries := append(base[:len(base):len(base)], ratelimit.Entry{Key: string(kind), Value: v})
+		entries := slices.Concat(base, []ratelimit.Entry{{Key: string(kind), Value: v}})
 		out[i] = ratelimit.Key(scopeShared, httpLimitDomain, entries)
 	}
 	return out
