@@ -169,10 +169,15 @@ func testLoginAccountVariants(t *testing.T, s *stack) {
 	}
 	// A body padded past the 64 KiB key bound: refused, by Envoy (413, over
 	// max_request_bytes) or by extauthz (400, too large to read; measured
-	// with Envoy 1.40: 400), never charged to a fresh budget. A body
-	// without the field is extauthz's 400.
-	if got := post(ctJSON, `{"username":"`+carol+`","pad":"`+strings.Repeat("x", 70<<10)+`"}`); got != http.StatusBadRequest && got != http.StatusRequestEntityTooLarge {
-		t.Errorf("a padded body: %d, want 400 or 413", got)
+	// with Envoy 1.40: 400), never charged to a fresh budget. Envoy 1.40
+	// also, now and then (1 full run in 3 here), stops reading such a body
+	// and answers 408 at the front proxy's request_timeout (30s): refused
+	// too, and never forwarded. A body without the field is extauthz's 400.
+	padded := `{"username":"` + carol + `","pad":"` + strings.Repeat("x", 70<<10) + `"}`
+	switch got := post(ctJSON, padded); got {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusRequestTimeout:
+	default:
+		t.Errorf("a padded body: %d, want 400, 413 or 408", got)
 	}
 	if got := post(ctJSON, `{"password":"wrong"}`); got != http.StatusBadRequest {
 		t.Errorf("no account: %d, want 400", got)
@@ -182,7 +187,9 @@ func testLoginAccountVariants(t *testing.T, s *stack) {
 // post sends body to path and returns the status.
 func (c *loginClient) post(t *testing.T, path, ctype string, body []byte) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Longer than the front proxy's request_timeout (30s), so that Envoy's
+	// 408 for a body it stopped reading arrives before the client gives up.
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	hr, err := c.s.newRequest(req{method: http.MethodPost, path: path, body: body, header: map[string]string{"content-type": ctype}})
 	if err != nil {
