@@ -33,7 +33,7 @@ func TestK8sOnANode(t *testing.T) {
 	ctx := t.Context()
 	c.applyAll(t, render(t, overlayDir()))
 
-	svcIP := ""
+	svcIP, envoyIP := "", ""
 	steps := []struct {
 		name string
 		run  func(t *testing.T)
@@ -49,11 +49,12 @@ func TestK8sOnANode(t *testing.T) {
 			c.checkProbesPassed(t)
 		}},
 		{"ServiceRoutesToEveryPod", func(t *testing.T) { svcIP = c.checkServiceRouting(t) }},
+		{"EnvoyPodChecksThroughTheService", func(t *testing.T) { envoyIP = c.startEnvoyPod(t, svcIP) }},
 		{"LimitsSharedThroughRedis", func(t *testing.T) { checkSharedLimit(t, svcIP) }},
 		{"HPATargetReadable", func(t *testing.T) { c.checkHPA(t) }},
 		{"NetworkPolicyAppliedNotEnforced", func(t *testing.T) { c.checkNetworkPolicy(t) }},
-		{"RollingUpdateUnderLoadNoFailures", func(t *testing.T) { c.checkRollingUpdate(t, svcIP) }},
-		{"DrainHonoursPDB", func(t *testing.T) { c.checkDrain(t, svcIP) }},
+		{"RollingUpdateUnderLoadNoFailures", func(t *testing.T) { c.checkRollingUpdate(t, svcIP, envoyIP) }},
+		{"DrainHonoursPDB", func(t *testing.T) { c.checkDrain(t, svcIP, envoyIP) }},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -312,16 +313,19 @@ func (c *cluster) checkNetworkPolicy(t *testing.T) {
 }
 
 // checkRollingUpdate: a rollout restart of the Deployment while calls flow
-// through the Service from the host at a steady rate: not one may fail.
-// Each old pod is removed from the endpoints when it starts terminating;
-// its preStop sleep and drain delay keep it serving the connections that
-// still reach it until kube-proxy's rules stop sending new ones, then
-// GOAWAY moves them to the new pods.
-func (c *cluster) checkRollingUpdate(t *testing.T, ip string) {
-	l := startLoad(t, serviceAddr(ip, 9001), loadConns, loadRate)
+// at a steady rate through the Service from the host and through the Envoy
+// pod: not one may fail. Each old pod is removed from the endpoints when it
+// starts terminating; its preStop sleep and drain delay keep it serving the
+// connections that still reach it until kube-proxy's rules stop sending new
+// ones, then GOAWAY moves them (Envoy's one among them) to the new pods.
+func (c *cluster) checkRollingUpdate(t *testing.T, svcIP, envoyIP string) {
+	loads := startLoads(t, svcIP, envoyIP)
+	defer stopLoads(loads)
 	time.Sleep(3 * time.Second) // a steady state before
-	if l.allowedSoFar() == 0 {
-		t.Fatalf("no call allowed in the first 3s: %s", firstLines(l.failed(), 5))
+	for _, l := range loads {
+		if l.allowedSoFar() == 0 {
+			t.Fatalf("%s: no call allowed in the first 3s: %s", l.name, firstLines(l.failed(), 5))
+		}
 	}
 	start := time.Now()
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, start.Format(time.RFC3339Nano))
@@ -331,13 +335,33 @@ func (c *cluster) checkRollingUpdate(t *testing.T, ip string) {
 	err := c.waitRolledOut(t.Context(), appName, replicas, 5*time.Minute)
 	rollout := time.Since(start)
 	time.Sleep(3 * time.Second) // and after
-	summary := l.finish()
+	for _, l := range loads {
+		t.Logf("rolling update (old pods gone) in %s; %s: %s", rollout.Round(100*time.Millisecond), l.name, l.finish())
+	}
 	if err != nil {
 		t.Fatalf("rollout: %v", err)
 	}
-	t.Logf("rolling update (old pods gone) in %s; %s", rollout.Round(100*time.Millisecond), summary)
-	if f := l.failed(); len(f) > 0 {
-		t.Errorf("%d calls failed during the rolling update:%s", len(f), firstLines(f, 10))
+	for _, l := range loads {
+		if f := l.failed(); len(f) > 0 {
+			t.Errorf("%s: %d calls failed during the rolling update:%s", l.name, len(f), firstLines(f, 10))
+		}
+	}
+}
+
+// startLoads: the load of the rollout and the drain, through the Service
+// (gRPC, the way sidecars call) and through the Envoy pod (HTTP).
+func startLoads(t *testing.T, svcIP, envoyIP string) []*load {
+	grpcLoad := startLoad(t, serviceAddr(svcIP, 9001), loadConns, loadRate)
+	grpcLoad.name = "through the Service"
+	httpLoad := startEnvoyLoad(envoyIP, loadConns, loadRate)
+	httpLoad.name = "through the Envoy pod"
+	return []*load{grpcLoad, httpLoad}
+}
+
+// stopLoads stops them on every way out of a step (a fatal one too).
+func stopLoads(loads []*load) {
+	for _, l := range loads {
+		l.finish()
 	}
 }
 
@@ -345,10 +369,10 @@ func (c *cluster) checkRollingUpdate(t *testing.T, ip string) {
 // eviction API) under load: the first eviction is allowed, the second is
 // refused while the first pod's replacement cannot run (the node is
 // cordoned: maxUnavailable 1), and allowed once it is Ready again.
-func (c *cluster) checkDrain(t *testing.T, ip string) {
+func (c *cluster) checkDrain(t *testing.T, svcIP, envoyIP string) {
 	ctx := t.Context()
-	l := startLoad(t, serviceAddr(ip, 9001), loadConns, loadRate)
-	defer func() { t.Log("during the drain: " + l.finish()) }()
+	loads := startLoads(t, svcIP, envoyIP)
+	defer stopLoads(loads)
 	cordon := func(on bool) {
 		patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
 		if _, err := c.client.CoreV1().Nodes().Patch(ctx, nodeName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -383,7 +407,10 @@ func (c *cluster) checkDrain(t *testing.T, ip string) {
 	if err := c.waitRolledOut(ctx, appName, replicas, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if f := l.failed(); len(f) > 0 {
-		t.Errorf("%d calls failed during the drain:%s", len(f), firstLines(f, 10))
+	for _, l := range loads {
+		t.Logf("during the drain, %s: %s", l.name, l.finish())
+		if f := l.failed(); len(f) > 0 {
+			t.Errorf("%s: %d calls failed during the drain:%s", l.name, len(f), firstLines(f, 10))
+		}
 	}
 }

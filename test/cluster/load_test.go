@@ -46,6 +46,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 // connections (kube-proxy balances per connection, so each may land on
 // another pod), the way a fleet of sidecars does, and records every failure.
 type load struct {
+	name     string // what it goes through, for the log
 	conns    int
 	interval time.Duration // per connection
 	timeout  time.Duration // per call
@@ -58,8 +59,10 @@ type load struct {
 	slow     []string // calls that took over slowCall, with when they started
 	lat      []time.Duration
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	finished sync.Once
+	summary  string
 }
 
 // callTimeout bounds each call. Generous: the machine's CPUs are shared, and
@@ -73,16 +76,36 @@ const slowCall = time.Second
 
 func startLoad(t *testing.T, addr string, conns int, rate int) *load {
 	t.Helper()
+	return newLoad(conns, rate, func(i int) (string, call) {
+		client := authv3.NewAuthorizationClient(dial(t, addr))
+		tenant := fmt.Sprintf("load-%d", i)
+		return tenant, func(ctx context.Context, n int) (bool, error) {
+			resp, err := client.Check(ctx, checkRequest(tenant, fmt.Sprintf("/orders/%d", n)))
+			if err != nil {
+				return false, err
+			}
+			return codes.Code(resp.GetStatus().GetCode()) == codes.OK, nil
+		}
+	})
+}
+
+// call is one request of a load's connection: allowed, or denied (a
+// decision), or an error (a failure).
+type call func(ctx context.Context, n int) (allowed bool, err error)
+
+// newLoad starts conns connections, each made by open (its name and its
+// call), sharing rate calls per second.
+func newLoad(conns, rate int, open func(i int) (string, call)) *load {
 	l := &load{conns: conns, interval: time.Duration(conns) * time.Second / time.Duration(rate), timeout: callTimeout, stop: make(chan struct{})}
 	for i := range conns {
-		client := authv3.NewAuthorizationClient(dial(t, addr))
+		name, do := open(i)
 		l.wg.Add(1)
-		go l.run(client, fmt.Sprintf("load-%d", i))
+		go l.run(name, do)
 	}
 	return l
 }
 
-func (l *load) run(client authv3.AuthorizationClient, tenant string) {
+func (l *load) run(name string, do call) {
 	defer l.wg.Done()
 	tick := time.NewTicker(l.interval)
 	defer tick.Stop()
@@ -96,31 +119,42 @@ func (l *load) run(client authv3.AuthorizationClient, tenant string) {
 		n++
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 		start := time.Now()
-		resp, err := client.Check(ctx, checkRequest(tenant, fmt.Sprintf("/orders/%d", n)))
+		allowed, err := do(ctx, n)
 		elapsed := time.Since(start)
 		cancel()
-		l.mu.Lock()
-		l.sent++
-		l.lat = append(l.lat, elapsed)
-		if elapsed > slowCall {
-			l.slow = append(l.slow, fmt.Sprintf("%s %s: %s", start.Format("15:04:05.000"), tenant, elapsed.Round(time.Millisecond)))
-		}
-		switch {
-		case err != nil:
-			l.failures = append(l.failures, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), tenant, err))
-		case codes.Code(resp.GetStatus().GetCode()) == codes.OK:
-			l.ok++
-		default:
-			l.denied++
-		}
-		l.mu.Unlock()
+		l.record(name, start, elapsed, allowed, err)
 	}
 }
 
-// finish stops the load and returns a summary line.
+func (l *load) record(name string, start time.Time, elapsed time.Duration, allowed bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sent++
+	l.lat = append(l.lat, elapsed)
+	if elapsed > slowCall {
+		l.slow = append(l.slow, fmt.Sprintf("%s %s: %s", start.Format("15:04:05.000"), name, elapsed.Round(time.Millisecond)))
+	}
+	switch {
+	case err != nil:
+		l.failures = append(l.failures, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), name, err))
+	case allowed:
+		l.ok++
+	default:
+		l.denied++
+	}
+}
+
+// finish stops the load (once) and returns a summary line.
 func (l *load) finish() string {
-	close(l.stop)
-	l.wg.Wait()
+	l.finished.Do(func() {
+		close(l.stop)
+		l.wg.Wait()
+		l.summary = l.summarize()
+	})
+	return l.summary
+}
+
+func (l *load) summarize() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sort.Slice(l.lat, func(i, j int) bool { return l.lat[i] < l.lat[j] })
