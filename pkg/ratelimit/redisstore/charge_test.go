@@ -121,12 +121,18 @@ func TestCoalescedChargesAllLand(t *testing.T) {
 	}
 }
 
-func TestChargedRequestsRunDecideLua(t *testing.T) {
+// TestChargedRequestsRunTheirScript: single.lua reads a charge mode only
+// for one fixed_window limit charged always (the peer's counting, the
+// default of its users); every other charged request runs decide.lua.
+func TestChargedRequestsRunTheirScript(t *testing.T) {
 	t.Parallel()
-	for _, m := range []ratelimit.ChargeMode{ratelimit.ChargeNever, ratelimit.ChargeAlways} {
-		r := ratelimit.Request{Key: "k", Hits: 1, Charge: m, Limits: []ratelimit.Limit{limitFor(ratelimit.GCRA, 10, time.Minute)}}
-		if sc := scriptFor(scriptArgs(r, 0)); sc.SHA() == decideSingle.SHA() {
-			t.Errorf("a %s request runs single.lua, which ignores its mode", m)
+	for _, m := range []ratelimit.ChargeMode{ratelimit.ChargeNever, ratelimit.ChargeAlways, ratelimit.ChargeReserve} {
+		for _, alg := range []ratelimit.Algorithm{ratelimit.GCRA, ratelimit.FixedWindow} {
+			r := ratelimit.Request{Key: "k", Hits: 1, Charge: m, Limits: []ratelimit.Limit{limitFor(alg, 10, time.Minute)}}
+			want := alg == ratelimit.FixedWindow && m == ratelimit.ChargeAlways
+			if sc := scriptFor(scriptArgs(r, 0)); (sc.SHA() == decideSingle.SHA()) != want {
+				t.Errorf("one %s limit charged %s runs single.lua: %v, want %v", alg, m, !want, want)
+			}
 		}
 		two := ratelimit.Request{Key: "k", Hits: 1, Charge: m, Limits: []ratelimit.Limit{
 			limitFor(ratelimit.SlidingLog, 10, time.Minute), limitFor(ratelimit.SlidingLog, 10, time.Hour)}}

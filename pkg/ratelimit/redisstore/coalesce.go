@@ -272,15 +272,20 @@ func splitBatchable(live []*call) (together, apart []*call) {
 
 // batchCall is one call of single.lua's batch script deciding every call
 // in calls (each one limit): KEYS is their keys in order; ARGV is the shared
-// clock, then each call's hits and limit.
+// clock, then each call's hits, limit and charge mode.
 func batchCall(calls []*call) redisscript.Call {
 	keys := make([]string, len(calls))
-	args := make([]any, 1, 1+len(calls)*(1+limitArgs))
+	args := make([]any, 1, 1+len(calls)*(2+limitArgs))
 	args[0] = calls[0].args[argNow] // the store's clock: the same in every call
 	for i, c := range calls {
 		keys[i] = c.keys[0]
 		args = append(args, c.args[argHits])
 		args = append(args, c.args[argFirstLimit:argFirstLimit+limitArgs]...)
+		mode := any(int(ratelimit.ChargeIfAdmitted))
+		if len(c.args) > argFirstLimit+limitArgs {
+			mode = c.args[argFirstLimit+limitArgs]
+		}
+		args = append(args, mode)
 	}
 	return redisscript.Call{Script: decideBatch, Keys: keys, Args: args}
 }

@@ -71,11 +71,13 @@ var singleCodes = map[int]bool{algCodes[ratelimit.GCRA]: true, algCodes[ratelimi
 // one limit it covers, else the single-algorithm script when every limit
 // shares one algorithm, else decide.lua whole.
 // A request charged otherwise than if admitted carries its mode after the
-// limits (see appendScriptArgs), which single.lua does not read: it runs
-// decide.lua.
+// limits (see appendScriptArgs); single.lua reads it for fixed_window
+// charged always (envoyproxy/ratelimit's counting), and decide.lua decides
+// every other mode.
 func scriptFor(args []any) redisscript.Script {
 	code, _ := args[argFirstLimit].(int)
-	if len(args) == argFirstLimit+limitArgs && singleCodes[code] {
+	if singleCodes[code] && (len(args) == argFirstLimit+limitArgs ||
+		len(args) == argFirstLimit+limitArgs+1 && code == algCodes[ratelimit.FixedWindow] && args[len(args)-1] == int(ratelimit.ChargeAlways)) {
 		return decideSingle
 	}
 	end := argFirstLimit + (len(args)-argFirstLimit)/limitArgs*limitArgs

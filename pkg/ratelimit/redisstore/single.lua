@@ -1,6 +1,8 @@
 -- single.lua: decide.lua for a request with exactly one limit, written
 -- straight through for the two algorithms such requests use most (gcra and
--- fixed_window; the others run decide.lua). The file holds two scripts
+-- fixed_window; the others run decide.lua), charged if admitted, or charged
+-- always for fixed_window (envoyproxy/ratelimit's counting, which its users
+-- get by default; other charge modes run decide.lua). The file holds two scripts
 -- (script.go cuts them apart at the "-- >>> main" lines): "single" decides
 -- one request, "batch" decides many in one call.
 --
@@ -21,11 +23,12 @@
 --
 -- single: KEYS, ARGV and the reply are decide.lua's, for one limit:
 -- KEYS[1]; ARGV = hits, now ("" = Redis's clock), algorithm code, requests,
--- period (us), burst; reply {all_allowed, allowed, limit, remaining,
+-- period (us), burst, and the charge mode if not 0 (only 2, always, with
+-- fixed_window); reply {all_allowed, allowed, limit, remaining,
 -- reset_after_us, retry_after_us}.
 -- batch: KEYS[i] per decision; ARGV = now, then per decision hits,
--- algorithm code, requests, period (us), burst; reply: per decision the
--- single reply, or an error.
+-- algorithm code, requests, period (us), burst, charge mode (0 or 2); reply:
+-- per decision the single reply, or an error.
 --
 -- The arithmetic is decide.lua's, line for line: TestScriptMatchesGoAlgorithms
 -- holds both scripts to package ratelimit's algorithms. Change them together.
@@ -45,7 +48,25 @@ local function pttl(us, ttlFloor)
   return string.format('%.0f', math.max(math.floor((us + 999) / 1000), ttlFloor))
 end
 
-local function decide(key, now, ttlFloor, hits, code, r, p, b)
+-- fixedWindowAlways is decide.lua's fixedWindow charging always: the hits
+-- (a refund when negative, never below empty) are charged whatever the
+-- limit says; admitted when the count after the charge is within it.
+local function fixedWindowAlways(key, now, ttlFloor, hits, r, c, w, at, windowEnd)
+  c = math.max(c + hits, 0)
+  local allowed, retry = 1, 0
+  if c > r then allowed, retry = 0, windowEnd - at end
+  if hits ~= 0 then
+    if c == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'w', string.format('%.0f', w), 'c', string.format('%.0f', c))
+      redis.call('PEXPIRE', key, pttl(windowEnd - now, ttlFloor))
+    end
+  end
+  return {allowed, allowed, r, math.max(r - c, 0), windowEnd - at, retry}
+end
+
+local function decide(key, now, ttlFloor, hits, code, r, p, b, mode)
   if code == '1' then -- gcra
     if b == 0 then b = r end
     local t = math.max(math.floor(p / r), 1)
@@ -71,6 +92,9 @@ local function decide(key, now, ttlFloor, hits, code, r, p, b)
     local c = 0
     if sw == w then c = tonumber(got[2]) or 0 end
     local windowEnd = (w + 1) * p
+    if mode == '2' then
+      return fixedWindowAlways(key, now, ttlFloor, hits, r, c, w, at, windowEnd)
+    end
     if c + hits > r then
       return {0, 0, r, math.max(r - c, 0), windowEnd - at, windowEnd - at}
     end
@@ -86,15 +110,15 @@ end
 
 -- >>> main single
 local now, ttlFloor = clock(ARGV[2])
-return decide(KEYS[1], now, ttlFloor, tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+return decide(KEYS[1], now, ttlFloor, tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7])
 -- <<< main single
 -- >>> main batch
 local now, ttlFloor = clock(ARGV[1])
 local out = {}
 for i = 1, #KEYS do
-  local a = 1 + (i - 1) * 5
+  local a = 1 + (i - 1) * 6
   local ok, res = pcall(decide, KEYS[i], now, ttlFloor, tonumber(ARGV[a + 1]), ARGV[a + 2],
-    tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]))
+    tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 6])
   if ok or (type(res) == 'table' and res.err) then
     out[i] = res -- a reply, or redis.call's error
   else
