@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,15 +17,30 @@ import (
 var (
 	//go:embed local_decide.lua
 	localDecideSrc string
+	//go:embed local_decide_batch.lua
+	localDecideBatchMain string
 	//go:embed local_claim.lua
 	localClaimSrc string
 	//go:embed local_setcap.lua
 	localSetcapSrc string
 
 	localDecideScript = redisscript.New(localDecideSrc)
-	localClaimScript  = redisscript.New(localClaimSrc)
-	localSetcapScript = redisscript.New(localSetcapSrc)
+	// The batch script: local_decide.lua's functions, then its own main.
+	localDecideBatchScript = redisscript.New(decideFunctions() + localDecideBatchMain)
+	localClaimScript       = redisscript.New(localClaimSrc)
+	localSetcapScript      = redisscript.New(localSetcapSrc)
 )
+
+// decideFunctions is local_decide.lua up to its main: the functions the
+// batch script runs too. The file is embedded, so a missing marker is a
+// build mistake, found when the package loads.
+func decideFunctions() string {
+	funcs, _, found := strings.Cut(localDecideSrc, "-- >>> main")
+	if !found {
+		panic("region: local_decide.lua has no \"-- >>> main\" line")
+	}
+	return funcs
+}
 
 // ErrNotOwner is returned by a cap write from a replica that no longer
 // holds the key's exchanger lease: another replica exchanges it now.
@@ -49,6 +65,9 @@ type Local struct {
 	client redisscript.Processor
 	prefix string
 	now    clock
+	// decisions, coalesced as the Redis store's are (nil: a client that
+	// opens no pipelines sends each on its own).
+	decisions *coalescer
 }
 
 // NewLocal returns a Local over the region's client with key prefix prefix
@@ -61,7 +80,28 @@ func NewLocal(client redisscript.Processor, prefix string) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return &Local{client: client, prefix: p}, nil
+	l := &Local{client: client, prefix: p}
+	if pc, ok := client.(pipelineProcessor); ok {
+		l.decisions = &coalescer{client: pc}
+		if _, cluster := client.(*redis.ClusterClient); !cluster {
+			l.decisions.batch = batchDecisions
+		}
+	}
+	return l, nil
+}
+
+// batchDecisions is one call of the batch script deciding every call's key
+// (each a single decide call): ARGV is the first call's clock, then each
+// call's ARGV but its clock.
+func batchDecisions(calls []redisscript.Call) redisscript.Call {
+	keys := make([]string, len(calls))
+	args := make([]any, 1, 1+5*len(calls))
+	args[0] = calls[0].Args[4] // the store's clock: "" (Redis's) in production
+	for i, c := range calls {
+		keys[i] = c.Keys[0]
+		args = append(args, c.Args[0], c.Args[1], c.Args[2], c.Args[3], c.Args[5])
+	}
+	return redisscript.Call{Script: localDecideBatchScript, Keys: keys, Args: args}
 }
 
 // Key is the region's hash of a key.
@@ -83,7 +123,14 @@ func (l *Local) Decide(ctx context.Context, k string, r Rule, t Topology, hits i
 		mode = "i"
 	}
 	args := []any{i64(hits), i64(r.PeriodMS()), i64(r.FloorHits()), ms(keyTTL(r, t)), l.now.arg(), mode}
-	v, err := localDecideScript.Run(ctx, l.client, []string{l.Key(k)}, args).Result()
+	call := redisscript.Call{Script: localDecideScript, Keys: []string{l.Key(k)}, Args: args}
+	var v any
+	var err error
+	if l.decisions != nil {
+		v, err = l.decisions.run(ctx, call)
+	} else {
+		v, err = call.Run(ctx, l.client).Result()
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("region: decide: %w", err)
 	}

@@ -12,46 +12,57 @@
 -- "a" = hits asked since the key was created (admitted or not: the demand
 -- the exchanger reports). Admits all hits or none; a denial charges
 -- nothing. Reply: {allowed (0/1), cap, remaining, reset ms}.
-local now = tonumber(ARGV[5])
-if not now then
+--
+-- The file is the "decide" function and the single script's main; the
+-- batch script (local_decide_batch.lua) is the same function and a main
+-- that decides many keys in one call (coalesced decisions on one server).
+local function decide(key, hits, period, floor, ttl, now, mode)
+  local w = math.floor(now / period)
+  local cap = 0
+  local c = redis.call('HGET', key, 'c')
+  if c then
+    local cw, c0, c1 = string.match(c, '^(%S+) (%S+) (%S+)$')
+    cw = tonumber(cw)
+    if cw == w then cap = tonumber(c0) elseif cw and cw + 1 == w then cap = tonumber(c1) end
+  end
+  cap = math.max(cap, floor)
+  local uf = 'u:' .. w
+  local used = tonumber(redis.call('HGET', key, uf))
+  if not used then
+    used = 0
+    redis.call('HDEL', key, 'u:' .. (w - 1), 'u:' .. (w - 2))
+  end
+  local allowed = 0
+  if mode == 'a' then
+    if hits > 0 then redis.call('HINCRBY', key, 'a', hits) end
+    used = math.max(used + hits, 0)
+    redis.call('HSET', key, uf, used)
+    if used <= cap then allowed = 1 end
+  elseif mode == 'r' then
+    redis.call('HINCRBY', key, 'a', hits)
+    if used + 1 <= cap then
+      allowed = 1
+      used = redis.call('HINCRBY', key, uf, hits)
+    end
+  else
+    if mode == 'i' then redis.call('HINCRBY', key, 'a', hits) end
+    if used + hits <= cap then
+      allowed = 1
+      if mode == 'i' then used = redis.call('HINCRBY', key, uf, hits) end
+    end
+  end
+  redis.call('PEXPIRE', key, ttl)
+  return {allowed, cap, math.max(cap - used, 0), (w + 1) * period - now}
+end
+
+-- clock is ARGV's now in ms, or Redis's clock when it is "".
+local function clock(arg)
+  local now = tonumber(arg)
+  if now then return now end
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local hits, period, floor = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local w = math.floor(now / period)
-local cap = 0
-local c = redis.call('HGET', KEYS[1], 'c')
-if c then
-  local cw, c0, c1 = string.match(c, '^(%S+) (%S+) (%S+)$')
-  cw = tonumber(cw)
-  if cw == w then cap = tonumber(c0) elseif cw and cw + 1 == w then cap = tonumber(c1) end
-end
-cap = math.max(cap, floor)
-local uf = 'u:' .. w
-local used = tonumber(redis.call('HGET', KEYS[1], uf))
-if not used then
-  used = 0
-  redis.call('HDEL', KEYS[1], 'u:' .. (w - 1), 'u:' .. (w - 2))
-end
-local mode = ARGV[6]
-local allowed = 0
-if mode == 'a' then
-  if hits > 0 then redis.call('HINCRBY', KEYS[1], 'a', hits) end
-  used = math.max(used + hits, 0)
-  redis.call('HSET', KEYS[1], uf, used)
-  if used <= cap then allowed = 1 end
-elseif mode == 'r' then
-  redis.call('HINCRBY', KEYS[1], 'a', hits)
-  if used + 1 <= cap then
-    allowed = 1
-    used = redis.call('HINCRBY', KEYS[1], uf, hits)
-  end
-else
-  if mode == 'i' then redis.call('HINCRBY', KEYS[1], 'a', hits) end
-  if used + hits <= cap then
-    allowed = 1
-    if mode == 'i' then used = redis.call('HINCRBY', KEYS[1], uf, hits) end
-  end
-end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
-return {allowed, cap, math.max(cap - used, 0), (w + 1) * period - now}
+
+-- >>> main
+return decide(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  clock(ARGV[5]), ARGV[6])
