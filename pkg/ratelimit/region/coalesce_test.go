@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,20 +74,35 @@ func TestBatchScriptMatchesSingleScript(t *testing.T) {
 }
 
 // Concurrent decisions leave together: 200 goroutines deciding one key
-// with a floor cap of 50 admit exactly 50, in fewer script calls than
-// decisions (read from Redis's own command counts).
+// with a floor cap of 50 admit exactly 50, in fewer round trips than
+// decisions: on a standalone server as batch script calls, on a cluster
+// as pipelines of single calls (counted by a hook on the client).
 func TestConcurrentDecisionsAreCoalesced(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		c := redistest.Standalone(t).Client()
+		trips := &roundTrips{}
+		c.AddHook(trips)
+		l, _ := newTestPair(t, c, testclock.New(time.UnixMilli(1_800_000_000_000)), "eu")
+		if l.decisions == nil || l.decisions.batch == nil {
+			t.Fatal("a standalone client's decisions are not coalesced into batches")
+		}
+		checkCoalesced(t, l, trips)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.NewCluster(t).Client()
+		trips := &roundTrips{}
+		c.AddHook(trips)
+		l, _ := newTestPair(t, c, testclock.New(time.UnixMilli(1_800_000_000_000)), "eu")
+		if l.decisions == nil || l.decisions.batch != nil {
+			t.Fatal("a cluster client's decisions are not coalesced into pipelines of single calls")
+		}
+		checkCoalesced(t, l, trips)
+	})
+}
+
+func checkCoalesced(t *testing.T, l *Local, trips *roundTrips) {
 	ctx := context.Background()
-	c := redistest.Standalone(t).Client()
-	clock := testclock.New(time.UnixMilli(1_800_000_000_000))
-	l, _ := newTestPair(t, c, clock, "eu")
-	if l.decisions == nil || l.decisions.batch == nil {
-		t.Fatal("a standalone client's decisions are not coalesced into batches")
-	}
 	r := Rule{Limit: 100, Period: time.Minute, Floor: 0.5}
-	if err := c.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
 	const n = 200
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -112,31 +125,46 @@ func TestConcurrentDecisionsAreCoalesced(t *testing.T) {
 	if admitted != 50 {
 		t.Errorf("%d of %d admitted, want exactly the cap, 50", admitted, n)
 	}
-	calls := scriptCalls(t, c)
-	t.Logf("%d decisions in %d script calls", n, calls)
-	if calls >= n {
-		t.Errorf("%d script calls for %d concurrent decisions: not coalesced", calls, n)
+	singles, pipelines := trips.counts()
+	t.Logf("%d decisions in %d single commands and %d pipelines", n, singles, pipelines)
+	if singles+pipelines >= n {
+		t.Errorf("%d round trips for %d concurrent decisions: not coalesced", singles+pipelines, n)
 	}
 }
 
-// scriptCalls is how many EVALSHA and EVAL calls the server ran since the
-// last CONFIG RESETSTAT.
-func scriptCalls(t *testing.T, c *redis.Client) int {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
+// roundTrips counts the commands a client sends alone and the pipelines it
+// sends (go-redis hooks).
+type roundTrips struct {
+	mu                 sync.Mutex
+	singles, pipelines int
+}
+
+func (h *roundTrips) counts() (int, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.singles, h.pipelines
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.mu.Lock()
+			h.singles++
+			h.mu.Unlock()
 		}
-		_, rest, _ := strings.Cut(line, "calls=")
-		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-		total += n
+		return next(ctx, cmd)
 	}
-	return total
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.pipelines++
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
 }
 
 // A key of the wrong type fails its own decision only; the others in its
