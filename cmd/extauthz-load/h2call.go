@@ -133,7 +133,7 @@ func (c *h2conn) roundTrip(ctx context.Context, s *h2stream, hdr requestBlocks, 
 	}
 	select {
 	case <-s.done:
-		return nil
+		return ended(ctx, s)
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
@@ -147,9 +147,22 @@ func (c *h2conn) roundTrip(ctx context.Context, s *h2stream, hdr requestBlocks, 
 	c.mu.Unlock()
 	if !mine {
 		<-s.done // the read loop completed it meanwhile
-		return nil
+		return ended(ctx, s)
 	}
 	return status.Error(codes.DeadlineExceeded, ctx.Err().Error())
+}
+
+// ended is a completed stream's error of its own: grpc-go's server resets
+// a call with CANCEL when its grpc-timeout passes, which can arrive before
+// this side's timer fires (the server's deadline is never earlier than
+// ours: it counts from when the request arrived). Past our deadline that
+// reset is the deadline, as grpc-go's client reports it; anything else is
+// left to the stream's message.
+func ended(ctx context.Context, s *h2stream) error {
+	if d, ok := ctx.Deadline(); s.canceled && ok && !time.Now().Before(d) {
+		return status.Error(codes.DeadlineExceeded, "the server reset the stream at the call's deadline (grpc-timeout)")
+	}
+	return nil
 }
 
 // open starts s once the server's SETTINGS arrived and its windows and

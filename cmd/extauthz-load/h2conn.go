@@ -80,6 +80,7 @@ type h2stream struct {
 	grpcMsg    string
 	body       []byte // DATA payload
 	err        error  // stream or connection failure
+	canceled   bool   // the server reset the stream with CANCEL
 	done       chan struct{}
 }
 
@@ -203,6 +204,7 @@ func (c *h2conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		if s := c.streams[f.StreamID]; s != nil {
 			s.err = fmt.Errorf("stream reset by the server: %s", f.ErrCode)
+			s.canceled = f.ErrCode == http2.ErrCodeCancel
 			c.complete(s)
 		}
 	case *http2.SettingsFrame:

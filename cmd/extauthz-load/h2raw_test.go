@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -9,10 +10,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -156,5 +160,35 @@ func TestH2HeaderBlocks(t *testing.T) {
 	}
 	if r.Errors == 0 || !strings.Contains(r.FirstErr, "DeadlineExceeded") {
 		t.Fatalf("report %+v, want deadline errors for k1", r)
+	}
+}
+
+// TestServerResetAtTheDeadlineIsTheDeadline: grpc-go's server resets a call
+// with CANCEL when its grpc-timeout passes, and on a busy machine that reset
+// can be read before the client's own timer fires (TestCallTimeout/h2 once
+// reported "Unavailable: stream reset by the server: CANCEL"). Past the
+// call's deadline such a reset is DeadlineExceeded; before it, or any other
+// reset, stays the stream's own error.
+func TestServerResetAtTheDeadlineIsTheDeadline(t *testing.T) {
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	future, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	for _, tc := range []struct {
+		name     string
+		ctx      context.Context
+		canceled bool
+		want     codes.Code
+	}{
+		{"CANCEL past the deadline", past, true, codes.DeadlineExceeded},
+		{"CANCEL before the deadline", future, true, codes.OK},
+		{"another reset past the deadline", past, false, codes.OK},
+		{"CANCEL without a deadline", context.Background(), true, codes.OK},
+	} {
+		s := newH2Stream()
+		s.canceled = tc.canceled
+		if got := status.Code(ended(tc.ctx, s)); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
