@@ -76,8 +76,7 @@ var singleCodes = map[int]bool{algCodes[ratelimit.GCRA]: true, algCodes[ratelimi
 // every other mode.
 func scriptFor(args []any) redisscript.Script {
 	code, _ := args[argFirstLimit].(int)
-	if singleCodes[code] && (len(args) == argFirstLimit+limitArgs ||
-		len(args) == argFirstLimit+limitArgs+1 && code == algCodes[ratelimit.FixedWindow] && args[len(args)-1] == int(ratelimit.ChargeAlways)) {
+	if singleDecides(args, code) {
 		return decideSingle
 	}
 	end := argFirstLimit + (len(args)-argFirstLimit)/limitArgs*limitArgs
@@ -90,6 +89,19 @@ func scriptFor(args []any) redisscript.Script {
 		return s
 	}
 	return decideAll
+}
+
+// singleDecides reports whether single.lua decides a request of one limit
+// of algorithm code: charged if admitted (no mode argument), or a
+// fixed_window limit charged always.
+func singleDecides(args []any, code int) bool {
+	switch len(args) {
+	case argFirstLimit + limitArgs:
+		return singleCodes[code]
+	case argFirstLimit + limitArgs + 1:
+		return code == algCodes[ratelimit.FixedWindow] && args[len(args)-1] == int(ratelimit.ChargeAlways)
+	}
+	return false
 }
 
 // allScripts is every script the store may run, for loading up front.
