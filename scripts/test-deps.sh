@@ -168,11 +168,29 @@ ensure_envoy_gateway() {
     missing "envoy-gateway ${ENVOY_GATEWAY_VERSION} (ENVOY_GATEWAY_BIN=$ENVOY_GATEWAY_BIN is not it)" "unset ENVOY_GATEWAY_BIN, or $install"
   fi
   ENVOY_GATEWAY_BIN="$ENVOY_GATEWAY_DIR/envoy-gateway"
-  envoy_gateway_ok "$ENVOY_GATEWAY_BIN" && return
-  log "building envoy-gateway ${ENVOY_GATEWAY_VERSION} into $ENVOY_GATEWAY_DIR (once; minutes)"
-  if ! GOBIN="$ENVOY_GATEWAY_DIR" CGO_ENABLED=0 go install "${ENVOY_GATEWAY_PKG}@${ENVOY_GATEWAY_VERSION}" || ! envoy_gateway_ok "$ENVOY_GATEWAY_BIN"; then
-    missing "envoy-gateway ${ENVOY_GATEWAY_VERSION}" "$install"
+  if ! envoy_gateway_ok "$ENVOY_GATEWAY_BIN"; then
+    log "building envoy-gateway ${ENVOY_GATEWAY_VERSION} into $ENVOY_GATEWAY_DIR (once; minutes)"
+    if ! GOBIN="$ENVOY_GATEWAY_DIR" CGO_ENABLED=0 go install "${ENVOY_GATEWAY_PKG}@${ENVOY_GATEWAY_VERSION}" || ! envoy_gateway_ok "$ENVOY_GATEWAY_BIN"; then
+      missing "envoy-gateway ${ENVOY_GATEWAY_VERSION}" "$install"
+    fi
   fi
+  ensure_envoy_gateway_crds
+}
+
+# ensure_envoy_gateway_crds: the CustomResourceDefinitions of the same
+# release (Gateway API's and Envoy Gateway's, as its Helm chart installs
+# them), copied from the module beside the binary: test/cluster applies
+# them.
+ensure_envoy_gateway_crds() {
+  local crds="$ENVOY_GATEWAY_DIR/crds" src
+  [ -s "$crds/gatewayapi-crds.yaml" ] && return
+  src=$(go mod download -json "github.com/envoyproxy/gateway@${ENVOY_GATEWAY_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$src" ] && [ -d "$src/charts/gateway-helm/charts/crds/crds" ] ||
+    missing "Envoy Gateway ${ENVOY_GATEWAY_VERSION}'s CRDs" "go mod download github.com/envoyproxy/gateway@${ENVOY_GATEWAY_VERSION}"
+  mkdir -p "$crds.tmp"
+  cp "$src/charts/gateway-helm/charts/crds/crds/gatewayapi-crds.yaml" "$src"/charts/gateway-helm/charts/crds/crds/generated/*.yaml "$crds.tmp/"
+  chmod -R u+w "$crds.tmp"
+  rm -rf "$crds" && mv "$crds.tmp" "$crds"
 }
 
 # The container engine: test/container builds and runs the image, test/e2e
@@ -405,6 +423,20 @@ ensure_cni_plugins() {
     missing "the CNI plugins ${CNI_PLUGINS_VERSION}" "CGO_ENABLED=0 GOBIN=$CNI_DIR go install$pkgs"
 }
 
+COREDNS_VERSION=v1.14.7
+# Where CoreDNS is built (gitignored): test/cluster's cluster DNS, packed
+# into an image there.
+COREDNS_DIR="$PWD/.cache/coredns-${COREDNS_VERSION}"
+
+# ensure_coredns: the node's cluster DNS (Envoy Gateway's pods find its
+# controller, the rate limit service and Redis by Service names).
+ensure_coredns() {
+  kube_bin_ok "$COREDNS_DIR/coredns" github.com/coredns/coredns "$COREDNS_VERSION" && return
+  log "building CoreDNS ${COREDNS_VERSION} into $COREDNS_DIR (once; minutes)"
+  CGO_ENABLED=0 GOBIN="$COREDNS_DIR" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@${COREDNS_VERSION}" ||
+    missing "CoreDNS ${COREDNS_VERSION}" "CGO_ENABLED=0 GOBIN=$COREDNS_DIR go install github.com/coredns/coredns@${COREDNS_VERSION}"
+}
+
 # ensure_node_runtime: the container runtime and the tools the kubelet and
 # kube-proxy run: Debian's containerd (1.6, its CRI plugin built in; test/
 # cluster runs its own instance with its own root, state and socket, so the
@@ -433,13 +465,14 @@ main() {
   ensure_kube_apiserver
   ensure_kube_node
   ensure_cni_plugins
+  ensure_coredns
   ensure_node_runtime
   ensure_envoy_gateway
   ensure_docker
   ensure_docker_plugins
   ensure_base_images
   export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN KUBE_APISERVER_BIN ETCD_BIN ENVOY_GATEWAY_BIN
-  export KUBE_NODE_DIR CNI_DIR
+  export KUBE_NODE_DIR CNI_DIR COREDNS_DIR
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
   log "$(redis-server --version)"
@@ -449,6 +482,7 @@ main() {
   log "kube-apiserver ${KUBE_VERSION}: $KUBE_APISERVER_BIN; etcd ${ETCD_VERSION}: $ETCD_BIN"
   log "envoy-gateway ${ENVOY_GATEWAY_VERSION}: $ENVOY_GATEWAY_BIN"
   log "kubelet, controller-manager, scheduler, kube-proxy ${KUBE_VERSION}: $KUBE_NODE_DIR"
+  log "CoreDNS ${COREDNS_VERSION}: $COREDNS_DIR"
   log "CNI plugins ${CNI_PLUGINS_VERSION}: $CNI_DIR; $(containerd --version); $(runc --version | head -n1)"
   log "docker: engine $(docker version --format '{{.Server.Version}}'), $(docker buildx version | head -n1), $(docker compose version | head -n1)"
   exec "$@"

@@ -45,20 +45,9 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []*unstructured.Unstructured
-	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
-		j, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := strings.TrimSpace(string(j)); s == "null" || s == "{}" {
-			continue
-		}
-		o := &unstructured.Unstructured{}
-		if err := o.UnmarshalJSON(j); err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o)
+	objs, err := decodeYAML(out)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return objs
 }
@@ -67,13 +56,20 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 // validation.
 func (c *cluster) applyAll(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
+	if err := c.apply(t.Context(), objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// apply is applyAll for the cluster's own start (no test yet).
+func (c *cluster) apply(ctx context.Context, objs []*unstructured.Unstructured) error {
 	dyn, err := dynamic.NewForConfig(c.cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(c.cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	ordered := append([]*unstructured.Unstructured{}, objs...)
@@ -87,7 +83,11 @@ func (c *cluster) applyAll(t *testing.T, objs []*unstructured.Unstructured) {
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			t.Fatalf("%s %s: %v", gvk.Kind, o.GetName(), err)
+			// A kind whose CRD was applied just before: discover again.
+			mapper.Reset()
+			if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				return fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
+			}
 		}
 		var res dynamic.ResourceInterface = dyn.Resource(m.Resource)
 		if m.Scope.Name() == meta.RESTScopeNameNamespace {
@@ -95,27 +95,52 @@ func (c *cluster) applyAll(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 		data, err := o.MarshalJSON()
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		force := true
-		if _, err := res.Patch(t.Context(), o.GetName(), types.ApplyPatchType, data,
+		if _, err := res.Patch(ctx, o.GetName(), types.ApplyPatchType, data,
 			metav1.PatchOptions{FieldManager: "extauthz-cluster-test", Force: &force, FieldValidation: "Strict"}); err != nil {
-			t.Fatalf("apply %s %s/%s: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
+			return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, o.GetNamespace(), o.GetName(), err)
 		}
 		if o.GetKind() == "Namespace" {
 			// Pods of a namespace are refused until its default service
 			// account exists.
-			if err := c.waitServiceAccount(t.Context(), o.GetName(), "default"); err != nil {
-				t.Fatal(err)
+			if err := c.waitServiceAccount(ctx, o.GetName(), "default"); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
+}
+
+// decodeYAML splits a multi-document YAML stream into objects.
+func decodeYAML(b []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	for _, doc := range bytes.Split(append([]byte("\n"), b...), []byte("\n---")) {
+		j, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, err
+		}
+		if s := strings.TrimSpace(string(j)); s == "null" || s == "{}" {
+			continue
+		}
+		o := &unstructured.Unstructured{}
+		if err := o.UnmarshalJSON(j); err != nil {
+			return nil, err
+		}
+		objs = append(objs, o)
+	}
+	return objs, nil
 }
 
 // waitRolledOut waits until the Deployment has want replicas, all updated,
 // ready and available, and no pod of an older revision is left (not even
 // terminating).
 func (c *cluster) waitRolledOut(ctx context.Context, name string, want int32, timeout time.Duration) error {
+	return c.waitRolledOutIn(ctx, namespace, name, want, timeout)
+}
+
+func (c *cluster) waitRolledOutIn(ctx context.Context, namespace, name string, want int32, timeout time.Duration) error {
 	return poll(ctx, timeout, func() error {
 		d, err := c.client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

@@ -67,6 +67,8 @@ type binaries struct {
 	etcd, apiserver, controllerManager, scheduler, kubelet, proxy string
 	cniDir                                                        string
 	containerd, ctr, runc                                         string
+	coredns, envoyGateway                                         string
+	envoyGatewayCRDs                                              string // a directory
 }
 
 // startCluster starts the whole cluster and returns it once the node is
@@ -109,6 +111,12 @@ func startCluster(ctx context.Context) (*cluster, error) {
 	if err := c.waitReady(ctx); err != nil {
 		return c, err
 	}
+	if err := c.importHostImages(ctx); err != nil {
+		return c, err
+	}
+	if err := c.startDNS(ctx); err != nil {
+		return c, err
+	}
 	res := <-images
 	if res.err != nil {
 		return c, res.err
@@ -137,6 +145,14 @@ func (c *cluster) findBinaries() error {
 	check(b.etcd, etcdModule, etcdVersion)
 	for _, bin := range []string{b.apiserver, b.controllerManager, b.scheduler, b.kubelet, b.proxy} {
 		check(bin, kubeModule, kubeVersion)
+	}
+	b.coredns = envOr("COREDNS_BIN", filepath.Join(envOr("COREDNS_DIR", filepath.Join(cache, "coredns-"+corednsVersion)), "coredns"))
+	check(b.coredns, corednsModule, corednsVersion)
+	b.envoyGateway = envOr("ENVOY_GATEWAY_BIN", filepath.Join(cache, "envoy-gateway-"+envoyGatewayVersion, "envoy-gateway"))
+	check(b.envoyGateway, envoyGatewayModule, envoyGatewayVersion)
+	b.envoyGatewayCRDs = filepath.Join(filepath.Dir(b.envoyGateway), "crds")
+	if _, err := os.Stat(filepath.Join(b.envoyGatewayCRDs, "gatewayapi-crds.yaml")); err != nil {
+		problems = append(problems, "Envoy Gateway's CRDs beside its binary: "+err.Error())
 	}
 	for _, p := range []string{"bridge", "host-local", "loopback", "portmap", "firewall"} {
 		check(filepath.Join(b.cniDir, p), cniModule, cniVersion)
@@ -277,10 +293,14 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	if err := waitFor(ctx, etcd, time.Minute, func() error { return httpOK(http.DefaultClient, etcdURL+"/health") }); err != nil {
 		return err
 	}
-	host, port, _ := net.SplitHostPort(apiAddr)
+	// The API server listens on every address and advertises the node's:
+	// the kubernetes Service then routes to it, and pods (CoreDNS, Envoy
+	// Gateway's controller) reach it as in any cluster. The clients here
+	// use loopback.
+	_, port, _ := net.SplitHostPort(apiAddr)
 	api, err := c.start("kube-apiserver", c.bins.apiserver,
-		"--etcd-servers="+etcdURL, "--bind-address="+host, "--secure-port="+port,
-		"--advertise-address="+host, "--endpoint-reconciler-type=none",
+		"--etcd-servers="+etcdURL, "--bind-address=0.0.0.0", "--secure-port="+port,
+		"--advertise-address="+hostIP().String(),
 		"--tls-cert-file="+filepath.Join(pki, "tls.crt"), "--tls-private-key-file="+filepath.Join(pki, "tls.key"),
 		"--client-ca-file="+filepath.Join(pki, "tls.crt"),
 		"--cert-dir="+pki, "--token-auth-file="+filepath.Join(pki, "tokens.csv"),

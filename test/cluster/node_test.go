@@ -159,7 +159,9 @@ evictionHard:
   nodefs.inodesFree: 1%%
 serializeImagePulls: false
 syncFrequency: 10s
-`, c.sock, freePort(), freePort(), filepath.Join(c.dir, "pod-logs"))
+clusterDNS: [%s]
+clusterDomain: cluster.local
+`, c.sock, freePort(), freePort(), filepath.Join(c.dir, "pod-logs"), dnsIP)
 	cfgPath := filepath.Join(c.dir, "kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
 		return err
