@@ -437,6 +437,42 @@ ensure_coredns() {
     missing "CoreDNS ${COREDNS_VERSION}" "CGO_ENABLED=0 GOBIN=$COREDNS_DIR go install github.com/coredns/coredns@${COREDNS_VERSION}"
 }
 
+# Istio: istiod (pilot-discovery), its sidecar agent (pilot-agent) and
+# istioctl (it renders the install and the injector), from one
+# istio.io/istio pseudo-version: the module proxy serves no tagged release,
+# and the other pseudo-versions it lists need dependency versions it does
+# not serve (istio.io/api v1.30.4-0.20260824163423-69099aec2678: 403).
+# This one is Istio 1.31's development branch of 2026-08-27. The version
+# ldflags make the agent and istiod report 1.31-dev, as a release build
+# reports its tag. The Envoy beside the agent is the pinned 1.40 (test/cluster
+# packs the sidecar image), with its bootstrap template from the same module.
+ISTIO_MODULE=istio.io/istio
+ISTIO_PSEUDO_VERSION=v0.0.0-20260827124520-eed52ebb66ad
+ISTIO_TAG=1.31-dev
+ISTIO_DIR="$PWD/.cache/istio-${ISTIO_PSEUDO_VERSION}"
+
+ensure_istio() {
+  local b need=0 pkgs="" src
+  for b in pilot-discovery pilot-agent istioctl; do
+    kube_bin_ok "$ISTIO_DIR/$b" "$ISTIO_MODULE" "$ISTIO_PSEUDO_VERSION" || need=1
+  done
+  pkgs="$ISTIO_MODULE/pilot/cmd/pilot-discovery@$ISTIO_PSEUDO_VERSION $ISTIO_MODULE/pilot/cmd/pilot-agent@$ISTIO_PSEUDO_VERSION $ISTIO_MODULE/istioctl/cmd/istioctl@$ISTIO_PSEUDO_VERSION"
+  if [ "$need" = 1 ]; then
+    log "building istiod, pilot-agent and istioctl ($ISTIO_MODULE@$ISTIO_PSEUDO_VERSION) into $ISTIO_DIR (once; minutes)"
+    # shellcheck disable=SC2086 # one word per package
+    CGO_ENABLED=0 GOBIN="$ISTIO_DIR" go install -trimpath \
+      -ldflags "-s -w -X istio.io/istio/pkg/version.buildVersion=$ISTIO_TAG -X istio.io/istio/pkg/version.buildGitRevision=${ISTIO_PSEUDO_VERSION##*-}" $pkgs ||
+      missing "Istio ($ISTIO_MODULE@$ISTIO_PSEUDO_VERSION)" "CGO_ENABLED=0 GOBIN=$ISTIO_DIR go install $pkgs"
+  fi
+  [ -s "$ISTIO_DIR/envoy_bootstrap.json" ] && return
+  src=$(go mod download -json "$ISTIO_MODULE@$ISTIO_PSEUDO_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$src" ] && [ -s "$src/tools/packaging/common/envoy_bootstrap.json" ] ||
+    missing "Istio's Envoy bootstrap template" "go mod download $ISTIO_MODULE@$ISTIO_PSEUDO_VERSION"
+  cp "$src/tools/packaging/common/envoy_bootstrap.json" "$ISTIO_DIR/envoy_bootstrap.json.tmp"
+  chmod u+w "$ISTIO_DIR/envoy_bootstrap.json.tmp"
+  mv "$ISTIO_DIR/envoy_bootstrap.json.tmp" "$ISTIO_DIR/envoy_bootstrap.json"
+}
+
 # ensure_node_runtime: the container runtime and the tools the kubelet and
 # kube-proxy run: Debian's containerd (1.6, its CRI plugin built in; test/
 # cluster runs its own instance with its own root, state and socket, so the
@@ -466,13 +502,14 @@ main() {
   ensure_kube_node
   ensure_cni_plugins
   ensure_coredns
+  ensure_istio
   ensure_node_runtime
   ensure_envoy_gateway
   ensure_docker
   ensure_docker_plugins
   ensure_base_images
   export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN KUBE_APISERVER_BIN ETCD_BIN ENVOY_GATEWAY_BIN
-  export KUBE_NODE_DIR CNI_DIR COREDNS_DIR
+  export KUBE_NODE_DIR CNI_DIR COREDNS_DIR ISTIO_DIR
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
   log "$(redis-server --version)"
@@ -483,6 +520,7 @@ main() {
   log "envoy-gateway ${ENVOY_GATEWAY_VERSION}: $ENVOY_GATEWAY_BIN"
   log "kubelet, controller-manager, scheduler, kube-proxy ${KUBE_VERSION}: $KUBE_NODE_DIR"
   log "CoreDNS ${COREDNS_VERSION}: $COREDNS_DIR"
+  log "Istio ${ISTIO_TAG} ($ISTIO_MODULE@$ISTIO_PSEUDO_VERSION): $ISTIO_DIR"
   log "CNI plugins ${CNI_PLUGINS_VERSION}: $CNI_DIR; $(containerd --version); $(runc --version | head -n1)"
   log "docker: engine $(docker version --format '{{.Server.Version}}'), $(docker buildx version | head -n1), $(docker compose version | head -n1)"
   exec "$@"

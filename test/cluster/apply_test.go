@@ -81,13 +81,18 @@ func (c *cluster) apply(ctx context.Context, objs []*unstructured.Unstructured) 
 	}
 	for _, o := range ordered {
 		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			// A kind whose CRD was applied just before: discover again.
-			mapper.Reset()
+		var m *meta.RESTMapping
+		// A kind whose CRD was applied just before is served once the CRD
+		// is Established: discover again until then.
+		err := poll(ctx, 30*time.Second, func() error {
+			var err error
 			if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-				return fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
+				mapper.Reset()
 			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
 		}
 		var res dynamic.ResourceInterface = dyn.Resource(m.Resource)
 		if m.Scope.Name() == meta.RESTScopeNameNamespace {

@@ -69,6 +69,7 @@ type binaries struct {
 	containerd, ctr, runc                                         string
 	coredns, envoyGateway                                         string
 	envoyGatewayCRDs                                              string // a directory
+	istiod, istioAgent, istioctl, istioBootstrap                  string
 }
 
 // startCluster starts the whole cluster and returns it once the node is
@@ -153,6 +154,15 @@ func (c *cluster) findBinaries() error {
 	b.envoyGatewayCRDs = filepath.Join(filepath.Dir(b.envoyGateway), "crds")
 	if _, err := os.Stat(filepath.Join(b.envoyGatewayCRDs, "gatewayapi-crds.yaml")); err != nil {
 		problems = append(problems, "Envoy Gateway's CRDs beside its binary: "+err.Error())
+	}
+	istioDir := envOr("ISTIO_DIR", filepath.Join(cache, "istio-"+istioVersion))
+	b.istiod, b.istioAgent, b.istioctl = filepath.Join(istioDir, "pilot-discovery"), filepath.Join(istioDir, "pilot-agent"), filepath.Join(istioDir, "istioctl")
+	for _, bin := range []string{b.istiod, b.istioAgent, b.istioctl} {
+		check(bin, istioModule, istioVersion)
+	}
+	b.istioBootstrap = filepath.Join(istioDir, "envoy_bootstrap.json")
+	if _, err := os.Stat(b.istioBootstrap); err != nil {
+		problems = append(problems, "Istio's Envoy bootstrap template: "+err.Error())
 	}
 	for _, p := range []string{"bridge", "host-local", "loopback", "portmap", "firewall"} {
 		check(filepath.Join(b.cniDir, p), cniModule, cniVersion)

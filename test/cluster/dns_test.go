@@ -121,22 +121,40 @@ spec:
   - {name: dns-tcp, port: 53, protocol: TCP}
 `
 
-// packedHostImages are the images made of the static binaries
-// scripts/test-deps.sh builds: CoreDNS, and Envoy Gateway's controller
-// (which is also its proxies' shutdown manager).
-func (c *cluster) packedHostImages() []ociImage {
+// packedHostImages are the images made of the binaries
+// scripts/test-deps.sh builds and installs: CoreDNS, Envoy Gateway's
+// controller (which is also its proxies' shutdown manager), istiod, the
+// Istio sidecar, and the mesh test's workload.
+func (c *cluster) packedHostImages(ctx context.Context) ([]ociImage, error) {
 	path := []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	proxy, err := c.istioProxyImage()
+	if err != nil {
+		return nil, err
+	}
+	meshapp := filepath.Join(c.dir, "meshapp")
+	if err := goBuild(ctx, ".", meshapp, "./meshapp", "-s -w"); err != nil {
+		return nil, err
+	}
 	return []ociImage{
 		{name: corednsImage, entrypoint: []string{"/coredns"}, user: "65532:65532",
 			files: []imageFile{{src: c.bins.coredns, dst: "/coredns", mode: 0o755}}},
 		{name: envoyGatewayImage, entrypoint: []string{"/usr/local/bin/envoy-gateway"}, user: "65532:65532", env: path,
 			files: []imageFile{{src: c.bins.envoyGateway, dst: "/usr/local/bin/envoy-gateway", mode: 0o755}}},
-	}
+		{name: istiodImage, entrypoint: []string{"/usr/local/bin/pilot-discovery"}, user: "1337:1337", env: path,
+			files: []imageFile{{src: c.bins.istiod, dst: "/usr/local/bin/pilot-discovery", mode: 0o755}}},
+		proxy,
+		{name: meshappImage, entrypoint: []string{"/meshapp"}, user: "65532:65532",
+			files: []imageFile{{src: meshapp, dst: "/meshapp", mode: 0o755}}},
+	}, nil
 }
 
 // importHostImages packs and imports packedHostImages.
 func (c *cluster) importHostImages(ctx context.Context) error {
-	for i, img := range c.packedHostImages() {
+	images, err := c.packedHostImages(ctx)
+	if err != nil {
+		return err
+	}
+	for i, img := range images {
 		archive := filepath.Join(c.dir, fmt.Sprintf("host-image-%d.tar", i))
 		if err := img.write(archive); err != nil {
 			return err

@@ -143,6 +143,7 @@ type ociImage struct {
 type imageFile struct {
 	src, dst string
 	mode     int64
+	link     string // a symbolic link to this target instead of a copy of src
 }
 
 // write writes img as an OCI image layout tar, named for `ctr images
@@ -166,7 +167,18 @@ func (img ociImage) write(archive string) error {
 			return err
 		}
 	}
+	seen := map[string]bool{}
 	for _, f := range img.files {
+		if seen[f.dst] { // a library two binaries share
+			continue
+		}
+		seen[f.dst] = true
+		if f.link != "" {
+			if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(f.dst, "/"), Mode: 0o777, Typeflag: tar.TypeSymlink, Linkname: f.link, ModTime: time.Unix(0, 0)}); err != nil {
+				return err
+			}
+			continue
+		}
 		content, err := os.ReadFile(f.src)
 		if err != nil {
 			return err
