@@ -278,8 +278,10 @@ func packImages(ctx context.Context, root string) imageResult {
 	if err := goBuild(ctx, root, bin, "./cmd/extauthz", "-s -w -X main.version=cluster-test"); err != nil {
 		return imageResult{err: err}
 	}
+	// /bin/ratelimit as the Dockerfile links it: the command Envoy
+	// Gateway's rate limit Deployment runs.
 	app := ociImage{name: appImage, entrypoint: []string{"/usr/local/bin/extauthz"}, user: "65532:65532",
-		files: []imageFile{{src: bin, dst: "/usr/local/bin/extauthz", mode: 0o755}}}
+		files: []imageFile{{src: bin, dst: "/usr/local/bin/extauthz", mode: 0o755}, {dst: "/bin/ratelimit", link: "/usr/local/bin/extauthz"}}}
 	policies, _ := filepath.Glob(filepath.Join(root, "examples", "policy", "*"))
 	for _, p := range policies {
 		app.files = append(app.files, imageFile{src: p, dst: "/etc/extauthz/policy/" + filepath.Base(p), mode: 0o644})
