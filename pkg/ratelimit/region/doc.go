@@ -33,5 +33,9 @@
 // Shares follow demand: each exchange reports the region's demand (hits
 // asked, admitted or not, per window) and divides the limit among the
 // regions that reported by quota.Shares, max-min fair, with the unused part
-// split equally (the fairness of RLQS shares, one code).
+// split equally (the fairness of RLQS shares, one code). A key is exchanged
+// every interval, and sooner when the region's count of hits asked, read
+// every quarter interval in the region's Redis, shows its demand moved; none
+// of that touches the bound, which holds whatever demand is reported, and
+// whenever.
 package region

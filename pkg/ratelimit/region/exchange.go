@@ -21,24 +21,20 @@ type Exchanger struct {
 	local  *Local
 	global *Global
 	owner  string
+	// now is the clock of the exchange schedule (nil: time.Now; a
+	// simulation sets its virtual clock). Demand is measured on the region
+	// Redis's clock.
+	now clock
 
 	mu   sync.Mutex
 	keys map[string]*tracked
 }
 
-// tracked is one key the exchanger follows: its rule and the last count of
-// hits asked, from which the demand is measured.
-type tracked struct {
-	rule     Rule
-	asked    int64
-	at       time.Time
-	measured bool
-	// idle counts the exchanges in a row that saw no hit asked (in the
-	// region, by the lease holder; on this replica, by the others): after
-	// idleSteps the key is dropped and its grants lapse.
-	idle int
-	// hit says this replica decided the key since its last exchange step.
-	hit bool
+func (e *Exchanger) clock() time.Time {
+	if e.now == nil {
+		return time.Now()
+	}
+	return e.now()
 }
 
 // idleSteps is how many exchanges without a hit keep a key exchanged.
@@ -61,21 +57,23 @@ func NewExchanger(t Topology, local *Local, global *Global, owner string) (*Exch
 func (e *Exchanger) Track(k string, r Rule) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t, ok := e.keys[k]; ok {
-		t.rule, t.hit = r, true
-		return
-	}
-	e.keys[k] = &tracked{rule: r, hit: true}
+	t := e.lookup(k, r)
+	t.rule, t.hit = r, true
 }
 
-// notOwner counts an exchange step another replica's lease made a no-op:
-// this replica keeps the key while it decides it, so that it can take over
-// when the holder stops.
-func (e *Exchanger) notOwner(k string) {
+// notOwner records that another replica holds k's lease. On a regular
+// turn it counts an exchange step the lease made a no-op: this replica keeps
+// the key while it decides it, so that it can take over when the holder
+// stops.
+func (e *Exchanger) notOwner(k string, due bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, ok := e.keys[k]
 	if !ok {
+		return
+	}
+	t.owner = false
+	if !due {
 		return
 	}
 	if t.hit {
@@ -96,22 +94,87 @@ type Outcome struct {
 	Target int64
 	// Grants are the region's grants after the step.
 	Grants Grants
+	// Early is true when the step came before the key's interval was up,
+	// because the region's demand moved.
+	Early bool
 }
 
-// Step exchanges key k once: take the lease, measure the demand, report it,
-// compute the fair share, lower the local caps before a global shrink,
-// grow the global grant, then mirror it locally. An error leaves the local
-// caps at or below the global grants: a failed step never admits more.
+// Step exchanges key k once, now: take the lease, measure the demand,
+// report it, compute the fair share, lower the local caps before a global
+// shrink, grow the global grant, then mirror it locally. An error leaves
+// the local caps at or below the global grants: a failed step never admits
+// more. The key's next regular exchange is an interval later.
 func (e *Exchanger) Step(ctx context.Context, k string, r Rule) (Outcome, error) {
+	e.plan(k, true)
+	out, _, err := e.turn(ctx, k, r, true)
+	return out, err
+}
+
+// Tick is one turn of k's exchange; Run calls it every quarter interval.
+// It exchanges k when its interval is up (as Step does), or sooner when the
+// lease holder's reading of the region's count of hits asked shows that
+// the demand moved (at most once between two regular exchanges); otherwise
+// it reads the count at most, or does nothing. done is false when it did not
+// exchange; a failed reading between exchanges is left to the next regular
+// one.
+func (e *Exchanger) Tick(ctx context.Context, k string, r Rule) (out Outcome, done bool, err error) {
+	due, read := e.plan(k, false)
+	if !due && !read {
+		return Outcome{}, false, nil
+	}
+	return e.turn(ctx, k, r, due)
+}
+
+// plan says whether k's regular exchange is due (and if so schedules the
+// next one an interval on: turns are a tick apart, so half a tick early
+// counts) and whether this replica reads its count meanwhile. A key not
+// tracked is due; observe adds it if this replica holds its lease.
+func (e *Exchanger) plan(k string, force bool) (due, read bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.keys[k]
+	if !ok {
+		return true, false
+	}
+	if now := e.clock(); force || !now.Before(t.due) {
+		t.due = e.next(now)
+		return true, true
+	}
+	return false, t.owner
+}
+
+// next is when a key exchanged at now is next due.
+func (e *Exchanger) next(now time.Time) time.Time {
+	return now.Add(e.topo.Interval - tick(e.topo)/2)
+}
+
+// turn claims k's lease, reads the region's count and exchanges k when
+// observe says so (always when due).
+func (e *Exchanger) turn(ctx context.Context, k string, r Rule, due bool) (Outcome, bool, error) {
 	c, ok, err := e.local.claim(ctx, k, e.owner, r, e.topo)
 	if err != nil {
-		return Outcome{}, err
+		if !due {
+			return Outcome{}, false, nil
+		}
+		return Outcome{}, true, err
 	}
 	if !ok {
-		e.notOwner(k)
-		return Outcome{}, nil
+		e.notOwner(k, due)
+		return Outcome{}, due, nil
 	}
-	out := Outcome{Owner: true, Demand: e.observe(k, r, c.asked, c.now)}
+	demand, now := e.observe(k, r, c, due)
+	if !now {
+		return Outcome{Owner: true}, false, nil
+	}
+	out, err := e.exchange(ctx, k, r, c, demand)
+	out.Early = !due
+	return out, true, err
+}
+
+// exchange is a step's part across regions: report demand, divide, lower,
+// grant, mirror.
+func (e *Exchanger) exchange(ctx context.Context, k string, r Rule, c claimed, demand float64) (Outcome, error) {
+	out := Outcome{Owner: true, Demand: demand}
 	view, err := e.global.Report(ctx, k, r, e.topo, out.Demand)
 	if err != nil {
 		return out, err
@@ -164,40 +227,15 @@ func rest(r Rule, share int64, demand float64, used int64, now time.Time) int64 
 	return max(share, min(int64(math.Ceil(projected*takeHeadroom))+restSlack, r.Limit))
 }
 
-// Demand is measured over one interval and varies: a region keeps half as
-// much again as its projection before it gives any back (what it gives is
-// gone for the window once another takes it), and takes a quarter more
-// than its projection from room no one holds.
+// Demand is measured over an interval (or the ticks since it moved) and
+// varies: a region keeps half as much again as its projection before it
+// gives any back (what it gives is gone for the window once another takes
+// it), and takes a quarter more than its projection from room no one holds.
 const (
 	keepHeadroom = 1.5
 	takeHeadroom = 1.25
 	restSlack    = 2
 )
-
-// observe measures k's demand in hits per window from the hits asked since
-// the last step; +Inf (not measured yet: compete for a fair share) on the
-// first.
-func (e *Exchanger) observe(k string, r Rule, asked int64, now time.Time) float64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	t, ok := e.keys[k]
-	if !ok {
-		t = &tracked{rule: r}
-		e.keys[k] = t
-	}
-	prev, at, measured := t.asked, t.at, t.measured
-	t.asked, t.at, t.measured, t.hit = asked, now, true, false
-	if asked == prev && measured {
-		t.idle++
-	} else {
-		t.idle = 0
-	}
-	elapsed := now.Sub(at)
-	if !measured || elapsed <= 0 || asked < prev {
-		return math.Inf(1)
-	}
-	return float64(asked-prev) * float64(r.Period) / float64(elapsed)
-}
 
 // Target is a region's fair share of r's limit, hits per window. Every
 // configured region's floor is reserved first (the allocator keeps it for
@@ -226,24 +264,26 @@ func Target(demands map[string]float64, r Rule, t Topology) int64 {
 	return int64(math.Floor(floor + shares[t.Region]))
 }
 
-// Run exchanges every tracked key each interval until ctx ends, at most
-// parallel keys at once. Each step's outcome goes to onStep (nil: ignored);
-// a key whose exchange fails keeps its caps, which lapse on their own.
+// Run turns every tracked key each quarter interval until ctx ends, at
+// most parallel keys at once: each is exchanged every interval, and sooner
+// when its demand moved (Tick). Each exchange's outcome goes to onStep
+// (nil: ignored); a key whose exchange fails keeps its caps, which lapse on
+// their own.
 func (e *Exchanger) Run(ctx context.Context, parallel int, onStep func(key string, out Outcome, err error)) {
-	tick := time.NewTicker(e.topo.Interval)
-	defer tick.Stop()
+	ticker := time.NewTicker(tick(e.topo))
+	defer ticker.Stop()
 	for {
 		e.Round(ctx, parallel, onStep)
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-ticker.C:
 		}
 	}
 }
 
-// Round exchanges every tracked key once and drops the keys idle for
-// idleSteps exchanges.
+// Round turns every tracked key once (Tick), reporting the exchanges to
+// onStep, and drops the keys idle for idleSteps exchanges.
 func (e *Exchanger) Round(ctx context.Context, parallel int, onStep func(key string, out Outcome, err error)) {
 	sem := make(chan struct{}, max(parallel, 1))
 	var wg sync.WaitGroup
@@ -256,8 +296,8 @@ func (e *Exchanger) Round(ctx context.Context, parallel int, onStep func(key str
 			// which may be shorter than they are.
 			sctx, cancel := context.WithTimeout(ctx, e.topo.Lease)
 			defer cancel()
-			out, err := e.Step(sctx, k, r)
-			if onStep != nil {
+			out, done, err := e.Tick(sctx, k, r)
+			if done && onStep != nil {
 				onStep(k, out, err)
 			}
 		}()

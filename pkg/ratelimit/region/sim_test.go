@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +45,12 @@ type simRegion struct {
 	carry    float64
 	admitted map[int64]int64
 	last     Outcome
+	// exchanges and early count the exchanges made, and those made before
+	// their interval (the demand moved).
+	exchanges, early int
+	// noise, when set, makes arrivals Poisson at rate instead of evenly
+	// spaced.
+	noise *rand.Rand
 	// skew is how far the region's Redis clock is ahead of the global
 	// store's; admissions are counted in the windows of the region's clock.
 	skew time.Duration
@@ -57,7 +65,9 @@ func (s *sim) setSkew(r *simRegion, skew time.Duration) {
 // sim drives regions' demand through the real scripts on real Redis
 // servers (the global one and one per region) on a virtual clock: time moves
 // in steps of dt, each step every region asks for its hits (one decision
-// each), and every interval every region runs one exchange step.
+// each), and every tick (a quarter interval) every region's exchanger turns
+// once, in the regions' order (Exchanger.Tick: an exchange every interval,
+// or sooner when the demand moved).
 type sim struct {
 	t       *testing.T
 	clock   *testclock.Clock
@@ -93,6 +103,7 @@ func newSim(t *testing.T, rule Rule, interval, lease time.Duration, names ...str
 		if err != nil {
 			t.Fatal(err)
 		}
+		ex.now = clock.Now
 		s.regions = append(s.regions, &simRegion{name: name, ex: ex, link: link, admitted: map[int64]int64{}})
 	}
 	if err := rule.Validate(len(names)); err != nil {
@@ -104,21 +115,25 @@ func newSim(t *testing.T, rule Rule, interval, lease time.Duration, names ...str
 // run advances the simulation by d.
 func (s *sim) run(d time.Duration) {
 	ctx := context.Background()
-	perInterval := int64(s.topo.Interval / s.dt)
+	perTick := int64(tick(s.topo) / s.dt)
 	for end := s.clock.Now().Add(d); s.clock.Now().Before(end); s.clock.Advance(s.dt) {
-		if s.steps%perInterval == 0 {
+		if s.steps%perTick == 0 {
 			for _, r := range s.regions {
-				out, err := r.ex.Step(ctx, s.key, s.rule)
-				if err == nil {
+				out, done, err := r.ex.Tick(ctx, s.key, s.rule)
+				if done && err == nil {
 					r.last = out
-				} else if !errors.Is(err, errCut) {
+					r.exchanges++
+					if out.Early {
+						r.early++
+					}
+				} else if err != nil && !errors.Is(err, errCut) {
 					s.t.Fatalf("%s: exchange: %v", r.name, err)
 				}
 			}
 		}
 		s.steps++
 		for _, r := range s.regions {
-			r.carry += r.rate * s.dt.Seconds()
+			r.carry += r.arrivals(s.dt)
 			for ; r.carry >= 1; r.carry-- {
 				res, err := r.ex.Decide(ctx, s.key, s.rule, 1)
 				if err != nil {
@@ -130,6 +145,21 @@ func (s *sim) run(d time.Duration) {
 			}
 		}
 	}
+}
+
+// arrivals is how many hits r asks in dt: rate × dt, or a Poisson draw of
+// that mean when r.noise is set.
+func (r *simRegion) arrivals(dt time.Duration) float64 {
+	mean := r.rate * dt.Seconds()
+	if r.noise == nil {
+		return mean
+	}
+	// Knuth's method: fine for the few hits per step the sims ask.
+	n, p, limit := 0.0, 1.0, math.Exp(-mean)
+	for p *= r.noise.Float64(); p > limit; p *= r.noise.Float64() {
+		n++
+	}
+	return n
 }
 
 func (s *sim) window() int64 { return s.rule.Window(s.clock.Now()) }
