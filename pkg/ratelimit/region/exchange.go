@@ -220,9 +220,12 @@ func rest(r Rule, share int64, demand float64, used int64, now time.Time) int64 
 	left := float64(r.Window(now)+1)*float64(r.Period) - float64(now.UnixNano())
 	projected := float64(used) + demand*left/float64(r.Period)
 	// Target rounds a share down: a demand within its share is below the
-	// share plus one hit (293.3 against 293 is its whole share, not more).
+	// share plus one hit (293.3 against 293 is its whole share, not more),
+	// and such a region may keep its demand rounded up (294) from room no
+	// one holds.
 	if demand < float64(share)+1 {
-		return min(share, max(used, int64(math.Ceil(projected*keepHeadroom))+restSlack))
+		whole := max(share, int64(math.Ceil(demand)))
+		return min(whole, max(used, int64(math.Ceil(projected*keepHeadroom))+restSlack))
 	}
 	return max(share, min(int64(math.Ceil(projected*takeHeadroom))+restSlack, r.Limit))
 }
