@@ -40,7 +40,7 @@
 #   GCRA_CONCS ("1 16 64"), OUT (docs/benchmarks-redis-peer), MAX_BATCH (128,
 #   extauthz's EXTAUTHZ_REDIS_MAX_BATCH for xa; the baseline predates it),
 #   HOT_KEYS (10), HOT_CONCS ("64"), ALLOT_CONCS ("64"), LOAD_CLIENT (h2),
-#   FLOOR (1). Any list of
+#   FLOOR (1), RLS_CHARGE (unset; `always` counts as the peer does). Any list of
 #   concurrencies set empty skips its runs, e.g. only the hot keys:
 #   CONCS= GCRA_CONCS= ALLOT_CONCS= CHECK_CONCS= ROUNDS=8 bench/peer.sh
 # Needs: go, redis-server, redis-cli, curl, jq, python3.
@@ -179,8 +179,11 @@ start_floor() {
 redis_env=(EXTAUTHZ_REDIS_URL="redis://127.0.0.1:$rport")
 start_peer
 # Coalescing (EXTAUTHZ_REDIS_MAX_BATCH, default 128) is what xa measures.
-start_extauthz xa "$work/extauthz" "${redis_env[@]}" EXTAUTHZ_REDIS_MAX_BATCH="${MAX_BATCH:-128}"
-start_extauthz xamem "$work/extauthz"
+# RLS_CHARGE (unset: extauthz's own policy default, if_admitted) sets
+# EXTAUTHZ_RLS_CHARGE for xa and xamem: `always` is the peer's counting.
+charge_env=(${RLS_CHARGE:+EXTAUTHZ_RLS_CHARGE="$RLS_CHARGE"})
+start_extauthz xa "$work/extauthz" "${redis_env[@]}" EXTAUTHZ_REDIS_MAX_BATCH="${MAX_BATCH:-128}" "${charge_env[@]}"
+start_extauthz xamem "$work/extauthz" "${charge_env[@]}"
 services=(peer xa xamem)
 if [ "$FLOOR" != 0 ]; then
 	start_floor
