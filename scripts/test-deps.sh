@@ -473,6 +473,28 @@ ensure_istio() {
   mv "$ISTIO_DIR/envoy_bootstrap.json.tmp" "$ISTIO_DIR/envoy_bootstrap.json"
 }
 
+METRICS_SERVER_VERSION=v0.8.0
+# Where metrics-server is built (gitignored), with its own manifests
+# (manifests/base) beside it: test/cluster's HPA reads CPU from it.
+METRICS_SERVER_DIR="$PWD/.cache/metrics-server-${METRICS_SERVER_VERSION}"
+
+ensure_metrics_server() {
+  local pkg="sigs.k8s.io/metrics-server/cmd/metrics-server@${METRICS_SERVER_VERSION}" src
+  if ! kube_bin_ok "$METRICS_SERVER_DIR/metrics-server" sigs.k8s.io/metrics-server "$METRICS_SERVER_VERSION"; then
+    log "building metrics-server ${METRICS_SERVER_VERSION} into $METRICS_SERVER_DIR (once; a minute or two)"
+    CGO_ENABLED=0 GOBIN="$METRICS_SERVER_DIR" go install -trimpath -ldflags "-s -w" "$pkg" ||
+      missing "metrics-server ${METRICS_SERVER_VERSION}" "CGO_ENABLED=0 GOBIN=$METRICS_SERVER_DIR go install $pkg"
+  fi
+  [ -s "$METRICS_SERVER_DIR/manifests/base/kustomization.yaml" ] && return
+  src=$(go mod download -json "sigs.k8s.io/metrics-server@${METRICS_SERVER_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$src" ] && [ -s "$src/manifests/base/kustomization.yaml" ] ||
+    missing "metrics-server's manifests" "go mod download sigs.k8s.io/metrics-server@${METRICS_SERVER_VERSION}"
+  rm -rf "$METRICS_SERVER_DIR/manifests.tmp" && mkdir -p "$METRICS_SERVER_DIR/manifests.tmp"
+  cp -r "$src/manifests/base" "$METRICS_SERVER_DIR/manifests.tmp/"
+  chmod -R u+w "$METRICS_SERVER_DIR/manifests.tmp"
+  rm -rf "$METRICS_SERVER_DIR/manifests" && mv "$METRICS_SERVER_DIR/manifests.tmp" "$METRICS_SERVER_DIR/manifests"
+}
+
 # ensure_node_runtime: the container runtime and the tools the kubelet and
 # kube-proxy run: Debian's containerd (1.6, its CRI plugin built in; test/
 # cluster runs its own instance with its own root, state and socket, so the
@@ -503,13 +525,14 @@ main() {
   ensure_cni_plugins
   ensure_coredns
   ensure_istio
+  ensure_metrics_server
   ensure_node_runtime
   ensure_envoy_gateway
   ensure_docker
   ensure_docker_plugins
   ensure_base_images
   export ENVOY_BIN MOTO_SERVER KUBE_SCORE_BIN KUBE_APISERVER_BIN ETCD_BIN ENVOY_GATEWAY_BIN
-  export KUBE_NODE_DIR CNI_DIR COREDNS_DIR ISTIO_DIR
+  export KUBE_NODE_DIR CNI_DIR COREDNS_DIR ISTIO_DIR METRICS_SERVER_DIR
   export PATH="$(dirname "$ENVOY_BIN"):$PATH"
   log "$(go version)"
   log "$(redis-server --version)"
@@ -520,6 +543,7 @@ main() {
   log "envoy-gateway ${ENVOY_GATEWAY_VERSION}: $ENVOY_GATEWAY_BIN"
   log "kubelet, controller-manager, scheduler, kube-proxy ${KUBE_VERSION}: $KUBE_NODE_DIR"
   log "CoreDNS ${COREDNS_VERSION}: $COREDNS_DIR"
+  log "metrics-server ${METRICS_SERVER_VERSION}: $METRICS_SERVER_DIR"
   log "Istio ${ISTIO_TAG} ($ISTIO_MODULE@$ISTIO_PSEUDO_VERSION): $ISTIO_DIR"
   log "CNI plugins ${CNI_PLUGINS_VERSION}: $CNI_DIR; $(containerd --version); $(runc --version | head -n1)"
   log "docker: engine $(docker version --format '{{.Server.Version}}'), $(docker buildx version | head -n1), $(docker compose version | head -n1)"

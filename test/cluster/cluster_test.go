@@ -70,6 +70,7 @@ type binaries struct {
 	coredns, envoyGateway                                         string
 	envoyGatewayCRDs                                              string // a directory
 	istiod, istioAgent, istioctl, istioBootstrap                  string
+	metricsServer, metricsServerManifests                         string
 }
 
 // startCluster starts the whole cluster and returns it once the node is
@@ -115,6 +116,9 @@ func startCluster(ctx context.Context) (*cluster, error) {
 	if err := c.importHostImages(ctx); err != nil {
 		return c, err
 	}
+	if err := c.startMetricsServer(ctx); err != nil {
+		return c, err
+	}
 	if err := c.startDNS(ctx); err != nil {
 		return c, err
 	}
@@ -154,6 +158,13 @@ func (c *cluster) findBinaries() error {
 	b.envoyGatewayCRDs = filepath.Join(filepath.Dir(b.envoyGateway), "crds")
 	if _, err := os.Stat(filepath.Join(b.envoyGatewayCRDs, "gatewayapi-crds.yaml")); err != nil {
 		problems = append(problems, "Envoy Gateway's CRDs beside its binary: "+err.Error())
+	}
+	msDir := envOr("METRICS_SERVER_DIR", filepath.Join(cache, "metrics-server-"+metricsServerVersion))
+	b.metricsServer = filepath.Join(msDir, "metrics-server")
+	check(b.metricsServer, metricsServerModule, metricsServerVersion)
+	b.metricsServerManifests = filepath.Join(msDir, "manifests", "base")
+	if _, err := os.Stat(filepath.Join(b.metricsServerManifests, "kustomization.yaml")); err != nil {
+		problems = append(problems, "metrics-server's manifests: "+err.Error())
 	}
 	istioDir := envOr("ISTIO_DIR", filepath.Join(cache, "istio-"+istioVersion))
 	b.istiod, b.istioAgent, b.istioctl = filepath.Join(istioDir, "pilot-discovery"), filepath.Join(istioDir, "pilot-agent"), filepath.Join(istioDir, "istioctl")
@@ -263,6 +274,9 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	if _, err := writeKey(filepath.Join(pki, "sa.key")); err != nil {
 		return err
 	}
+	if err := writeFrontProxy(pki); err != nil {
+		return err
+	}
 	// One static token per identity: what each component is authorized to
 	// do is the default RBAC bootstrap policy's (and the Node authorizer's
 	// for the kubelet), as in a real cluster.
@@ -318,7 +332,16 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(pki, "sa.key"),
 		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
-		"--service-cluster-ip-range="+serviceCIDR)
+		"--service-cluster-ip-range="+serviceCIDR,
+		// The aggregation layer, for metrics-server's metrics.k8s.io.
+		"--requestheader-client-ca-file="+filepath.Join(pki, "front-proxy-ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+filepath.Join(pki, "front-proxy-client.crt"),
+		"--proxy-client-key-file="+filepath.Join(pki, "front-proxy-client.key"),
+		"--enable-aggregator-routing=true")
 	if err != nil {
 		return err
 	}

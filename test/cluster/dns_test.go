@@ -124,7 +124,7 @@ spec:
 // packedHostImages are the images made of the binaries
 // scripts/test-deps.sh builds and installs: CoreDNS, Envoy Gateway's
 // controller (which is also its proxies' shutdown manager), istiod, the
-// Istio sidecar, and the mesh test's workload.
+// Istio sidecar, the mesh test's workload, and metrics-server.
 func (c *cluster) packedHostImages(ctx context.Context) ([]ociImage, error) {
 	path := []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	proxy, err := c.istioProxyImage()
@@ -145,6 +145,8 @@ func (c *cluster) packedHostImages(ctx context.Context) ([]ociImage, error) {
 		proxy,
 		{name: meshappImage, entrypoint: []string{"/meshapp"}, user: "65532:65532",
 			files: []imageFile{{src: meshapp, dst: "/meshapp", mode: 0o755}}},
+		{name: metricsServerImage, entrypoint: []string{"/metrics-server"}, user: "65532:65532",
+			files: []imageFile{{src: c.bins.metricsServer, dst: "/metrics-server", mode: 0o755}}},
 	}, nil
 }
 

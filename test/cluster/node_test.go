@@ -129,8 +129,10 @@ func (c *cluster) startNode(ctx context.Context) error {
 		return err
 	}
 	// failCgroupV1: this machine's cgroups are v1 (hybrid); the 1.35+
-	// kubelet refuses them unless told. The kubelet API listens on loopback
-	// on a free port (the machine is shared). Image garbage collection is
+	// kubelet refuses them unless told. The kubelet API listens on a free
+	// port on the node's address, for metrics-server, and asks the API
+	// server who calls it (TokenReview) and whether they may
+	// (SubjectAccessReview), as kubeadm sets it up; nobody else gets in. Image garbage collection is
 	// off: the images were imported and cannot be pulled again. Eviction
 	// thresholds are low: the disk is shared with other work.
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
@@ -138,16 +140,16 @@ kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
 containerRuntimeEndpoint: unix://%s
-address: 127.0.0.1
+address: 0.0.0.0
 port: %s
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: %s
 authentication:
   anonymous: {enabled: false}
-  webhook: {enabled: false}
+  webhook: {enabled: true}
 authorization:
-  mode: AlwaysAllow
+  mode: Webhook
 failSwapOn: false
 podLogsDir: %s
 imageGCHighThresholdPercent: 100
