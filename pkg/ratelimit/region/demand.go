@@ -39,9 +39,9 @@ type tracked struct {
 	// owner says this replica held the key's exchanger lease at its last
 	// claim: only then does it read the count between exchanges.
 	owner bool
-	// idle counts the exchanges in a row that saw no hit asked (in the
-	// region, by the lease holder; on this replica, by the others): after
-	// idleSteps the key is dropped and its grants lapse.
+	// idle counts the exchanges in a row that saw no hit asked and no live
+	// RLQS demand (in the region, by the lease holder; on this replica, by
+	// the others): after idleSteps the key is dropped and its grants lapse.
 	idle int
 	// hit says this replica decided the key since its last exchange step.
 	hit bool
@@ -168,7 +168,7 @@ func (e *Exchanger) observe(k string, r Rule, c claimed, due bool) (demand float
 	default:
 		demand = t.sinceLast(r, c)
 	}
-	if c.asked == t.asked && t.measured {
+	if c.asked == t.asked && t.measured && c.quota == 0 {
 		t.idle++
 	} else {
 		t.idle = 0

@@ -166,7 +166,9 @@ func (e *Exchanger) turn(ctx context.Context, k string, r Rule, due bool) (Outco
 	if !now {
 		return Outcome{Owner: true}, false, nil
 	}
-	out, err := e.exchange(ctx, k, r, c, demand)
+	// The region's RLQS Envoys ask on top of the decisions counted here
+	// (their reservations do not count as hits asked).
+	out, err := e.exchange(ctx, k, r, c, demand+c.quota)
 	out.Early = !due
 	return out, true, err
 }

@@ -23,12 +23,15 @@ var (
 	localClaimSrc string
 	//go:embed local_setcap.lua
 	localSetcapSrc string
+	//go:embed local_quota.lua
+	localQuotaSrc string
 
 	localDecideScript = redisscript.New(localDecideSrc)
 	// The batch script: local_decide.lua's functions, then its own main.
 	localDecideBatchScript = redisscript.New(decideFunctions() + localDecideBatchMain)
 	localClaimScript       = redisscript.New(localClaimSrc)
 	localSetcapScript      = redisscript.New(localSetcapSrc)
+	localQuotaScript       = redisscript.New(localQuotaSrc)
 )
 
 // decideFunctions is local_decide.lua up to its main: the functions the
@@ -146,11 +149,13 @@ func (l *Local) Decide(ctx context.Context, k string, r Rule, t Topology, hits i
 }
 
 // claimed is what claim reads: the region store's now, the hits asked so
-// far and the hits admitted in the current window.
+// far, the hits admitted and reserved for RLQS in the current window, and
+// the RLQS Envoys' live demand (hits per window; 0 when none).
 type claimed struct {
 	now           time.Time
 	asked, window int64
 	used          int64
+	quota         float64
 }
 
 // claim takes or renews owner's exchanger lease of k; ok false when another
@@ -165,17 +170,51 @@ func (l *Local) claim(ctx context.Context, k, owner string, r Rule, t Topology) 
 	if len(a) == 1 && a[0] == "0" {
 		return claimed{}, false, nil
 	}
-	if len(a) != 4 {
+	if len(a) != 5 {
 		return claimed{}, false, fmt.Errorf("region: claim: malformed reply %q", a)
 	}
 	var n [3]int64
-	for i, s := range a[1:] {
+	for i, s := range a[1:4] {
 		if n[i], err = strconv.ParseInt(s, 10, 64); err != nil {
 			return claimed{}, false, fmt.Errorf("region: claim: malformed reply %q", a)
 		}
 	}
 	now := time.UnixMilli(n[0])
-	return claimed{now: now, asked: n[1], used: n[2], window: r.Window(now)}, true, nil
+	c = claimed{now: now, asked: n[1], used: n[2], window: r.Window(now)}
+	if a[4] != "" {
+		if c.quota, err = strconv.ParseFloat(a[4], 64); err != nil || c.quota < 0 {
+			return claimed{}, false, fmt.Errorf("region: claim: malformed reply %q", a)
+		}
+	}
+	return c, true, nil
+}
+
+// reserve raises the hits reserved for the region's RLQS Envoys of k
+// towards want in the current window, and in the next one when it starts
+// within horizon, as far as each window's cap leaves room (local_quota.lua),
+// and records their demand (hits per window; negative: leave it). It
+// returns the least reservation of those windows, which assignments made
+// now may use, and the current window's cap.
+func (l *Local) reserve(ctx context.Context, k string, r Rule, t Topology, want int64, demand float64, horizon time.Duration) (got, capNow int64, err error) {
+	d := ""
+	if demand >= 0 {
+		d = strconv.FormatFloat(demand, 'f', 3, 64)
+	}
+	args := []any{i64(r.PeriodMS()), i64(r.FloorHits()), ms(keyTTL(r, t)), l.now.arg(), ms(horizon), i64(want), d, ms(demandTTL(t))}
+	v, err := localQuotaScript.Run(ctx, l.client, []string{l.Key(k)}, args).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("region: reserve: %w", err)
+	}
+	a := strs(v)
+	if len(a) != 2 {
+		return 0, 0, fmt.Errorf("region: reserve: malformed reply %q", a)
+	}
+	got, err1 := strconv.ParseInt(a[0], 10, 64)
+	capNow, err2 := strconv.ParseInt(a[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("region: reserve: malformed reply %q", a)
+	}
+	return got, capNow, nil
 }
 
 // setCaps writes the caps of windows w and w+1: "lower" never raises a cap

@@ -9,8 +9,10 @@
 -- pass the cap by that one reservation; a refusal charges nothing).
 -- Fields: "c" = "<window> <cap(window)> <cap(window+1)>" (written by the
 -- exchanger, setcap.lua), "u:<window>" = hits admitted in that window,
--- "a" = hits asked since the key was created (admitted or not: the demand
--- the exchanger reports). Admits all hits or none; a denial charges
+-- "q:<window>" = hits reserved in that window for the region's RLQS
+-- Envoys (local_quota.lua; they count against the cap as admitted hits
+-- do), "a" = hits asked since the key was created (admitted or not: the
+-- demand the exchanger reports). Admits all hits or none; a denial charges
 -- nothing. Reply: {allowed (0/1), cap, remaining, reset ms}.
 --
 -- The file is the "decide" function and the single script's main; the
@@ -30,29 +32,32 @@ local function decide(key, hits, period, floor, ttl, now, mode)
   local used = tonumber(redis.call('HGET', key, uf))
   if not used then
     used = 0
-    redis.call('HDEL', key, 'u:' .. (w - 1), 'u:' .. (w - 2))
+    redis.call('HDEL', key, 'u:' .. (w - 1), 'u:' .. (w - 2), 'q:' .. (w - 1), 'q:' .. (w - 2))
   end
+  -- What the region's RLQS Envoys may admit in the window (q) is taken
+  -- from the cap before any decision here: it counts as admitted.
+  local q = tonumber(redis.call('HGET', key, 'q:' .. w)) or 0
   local allowed = 0
   if mode == 'a' then
     if hits > 0 then redis.call('HINCRBY', key, 'a', hits) end
     used = math.max(used + hits, 0)
     redis.call('HSET', key, uf, used)
-    if used <= cap then allowed = 1 end
+    if q + used <= cap then allowed = 1 end
   elseif mode == 'r' then
     redis.call('HINCRBY', key, 'a', hits)
-    if used + 1 <= cap then
+    if q + used + 1 <= cap then
       allowed = 1
       used = redis.call('HINCRBY', key, uf, hits)
     end
   else
     if mode == 'i' then redis.call('HINCRBY', key, 'a', hits) end
-    if used + hits <= cap then
+    if q + used + hits <= cap then
       allowed = 1
       if mode == 'i' then used = redis.call('HINCRBY', key, uf, hits) end
     end
   end
   redis.call('PEXPIRE', key, ttl)
-  return {allowed, cap, math.max(cap - used, 0), (w + 1) * period - now}
+  return {allowed, cap, math.max(cap - q - used, 0), (w + 1) * period - now}
 end
 
 -- clock is ARGV's now in ms, or Redis's clock when it is "".

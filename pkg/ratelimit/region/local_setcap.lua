@@ -4,7 +4,8 @@
 -- the values for window and window+1, ARGV[6]: key TTL in ms, ARGV[7]: now
 -- in ms, or "" to read Redis's clock.
 -- lower (before the global grant shrinks): each cap becomes min(cap,
--- value) but never below what the window has admitted, so that the global
+-- value) but never below what the window has admitted and reserved for
+-- RLQS ("q:<window>"), so that the global
 -- grant written next can be this and still cover every admission.
 -- mirror (after the global grant): the caps become the global grants, which
 -- are never below the local caps.
@@ -31,7 +32,8 @@ end
 local n = {}
 for i = 1, 2 do
   if ARGV[2] == 'lower' then
-    local used = tonumber(redis.call('HGET', KEYS[1], 'u:' .. (w + i - 1))) or 0
+    local used = (tonumber(redis.call('HGET', KEYS[1], 'u:' .. (w + i - 1))) or 0)
+      + (tonumber(redis.call('HGET', KEYS[1], 'q:' .. (w + i - 1))) or 0)
     n[i] = math.max(math.min(cur[i], v[i]), used)
   else
     n[i] = v[i]
