@@ -64,6 +64,12 @@ func newRLQS(cfg Config, store ratelimit.Store, tr tracer, current func() *polic
 		Limits: tr.rateLimit(cfg, store), TenantKey: cfg.RLSTenantKey,
 		FailClosed: cfg.FailureMode == "closed",
 	}
+	if rb, ok := store.(*redisBacked); ok {
+		if rg, ok := rb.Store.(*regionBacked); ok {
+			// Global limits: RLQS divides the region's share (store_region.go).
+			o.Regional = rg.Store
+		}
+	}
 	if tr.on() {
 		o.TracerProvider = tr.provider
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
+	"github.com/extauthz/extauthz/pkg/ratelimit/region"
 )
 
 // kind is what a bucket is assigned.
@@ -34,8 +35,10 @@ type bucket struct {
 	outcome  string            // the extauthz_rlqs_buckets_total outcome
 	series   string            // the bucket label of the per-bucket metrics
 	storeKey string            // kindShared: the demand store's bucket key
-	budget   float64           // kindShared: requests per second
-	limits   []ratelimit.Limit // kindShared: the rule's limits, charged with the reported usage
+	budget   float64           // kindShared: requests per second (the regional limits' with globals)
+	limits   []ratelimit.Limit // kindShared: the limits charged with the reported usage
+	globals  []ratelimit.Limit // kindShared: the global limits divided from the region's share (Options.Regional)
+	current  float64           // kindShared: the budget of the last allocation read
 
 	meter    quota.Meter
 	demand   float64
@@ -54,7 +57,7 @@ type bucket struct {
 func (st *stream) resolve(b *bucket) {
 	p := st.s.opts.Policy()
 	b.pol = p
-	b.storeKey, b.budget, b.limits = "", 0, nil
+	b.storeKey, b.budget, b.limits, b.globals = "", 0, nil, nil
 	d := p.Domain(st.domain)
 	if d == nil {
 		b.kind, b.outcome, b.series = kindAllow, outcomeUnknownDomain, seriesUnknownDomain
@@ -81,8 +84,25 @@ func (st *stream) resolve(b *bucket) {
 		// The key RLS counts the same descriptor under: the demand store
 		// and the shared counter use it, each under its own prefix.
 		b.storeKey = ratelimit.Key(tenant, d.Name, m.KeyEntries)
-		b.budget, b.limits = budgetOf(r.Limits), r.Limits
+		b.limits, b.globals = st.splitGlobals(r.Limits)
+		b.budget = budgetOf(b.limits)
 	}
+}
+
+// splitGlobals separates the global limits, divided from the region's
+// share, from the others, when the server has the region's share.
+func (st *stream) splitGlobals(limits []ratelimit.Limit) (others, globals []ratelimit.Limit) {
+	if st.s.opts.Regional == nil {
+		return limits, nil
+	}
+	for _, l := range limits {
+		if l.Scope == ratelimit.Global {
+			globals = append(globals, l)
+		} else {
+			others = append(others, l)
+		}
+	}
+	return others, globals
 }
 
 // refreshOnReport is the age from which a report refreshes an assignment:
@@ -169,7 +189,7 @@ func (st *stream) grant(ctx context.Context, b *bucket, want quota.TokenBucket, 
 	if err := sctx.Err(); err != nil { // the report's deadline has passed
 		return decision{action: st.failed(b, now, due, err)}
 	}
-	tb, err := st.s.opts.Allocator.GrowGrant(sctx, g, want, b.budget, now)
+	tb, err := st.s.opts.Allocator.GrowGrant(sctx, g, want, b.current, now)
 	if err != nil {
 		return decision{action: st.failed(b, now, due, err)}
 	}
@@ -202,7 +222,8 @@ func (st *stream) rematch(b *bucket) {
 // share records b's pending demand and reads the client's share of the
 // allocation; ok is false when the allocation has no entry for the client.
 func (st *stream) share(ctx context.Context, b *bucket, now time.Time) (quota.TokenBucket, bool, error) {
-	shares, ok := st.s.allocs.get(b.storeKey, b.budget, now)
+	shares, current, ok := st.s.allocs.get(b.storeKey, b.budget, now)
+	b.current = current
 	if b.reported || !ok {
 		var err error
 		if shares, err = st.allocate(ctx, b, now); err != nil {
@@ -228,13 +249,44 @@ func (st *stream) allocate(ctx context.Context, b *bucket, now time.Time) (map[s
 		}
 		b.reported = false
 	}
-	shares, err := alloc.Allocate(ctx, b.storeKey, b.budget, now)
+	demands, err := alloc.Demands(ctx, b.storeKey, now)
 	if err != nil {
 		return nil, err
 	}
-	st.s.allocs.put(b.storeKey, b.budget, shares, now)
+	current, err := st.budgetNow(ctx, b, demands)
+	if err != nil {
+		return nil, err
+	}
+	shares := alloc.Divide(current, demands)
+	b.current = current
+	st.s.allocs.put(b.storeKey, b.budget, current, shares, now)
 	st.s.metrics.demand.WithLabelValues(b.series).Set(demandTotal(shares))
 	return shares, nil
+}
+
+// budgetNow is what b's clients divide now: the rule's budget, or less for
+// a rule with global limits: what the region may give its Envoys of each
+// (Regional.QuotaBudget, which reserves it in the region's Redis and
+// records the Envoys' demand). An assignment is replaced by the stream's
+// next tick at the latest, so it is sized for two ticks.
+func (st *stream) budgetNow(ctx context.Context, b *bucket, demands map[string]float64) (float64, error) {
+	budget := b.budget
+	if len(b.globals) == 0 {
+		return budget, nil
+	}
+	var demand float64
+	for _, d := range demands {
+		demand += d // Unknown is +Inf: ask for the whole limit
+	}
+	ask := region.QuotaAsk{Demand: demand, Burst: st.s.opts.Allocator.Burst(), Horizon: 2 * st.s.opts.Tick}
+	for _, l := range b.globals {
+		r, err := st.s.opts.Regional.QuotaBudget(ctx, b.storeKey, l, ask)
+		if err != nil {
+			return 0, err
+		}
+		budget = min(budget, r)
+	}
+	return budget, nil
 }
 
 // failed applies the failure mode when the demand store failed for b.

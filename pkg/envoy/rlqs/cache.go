@@ -25,8 +25,11 @@ type allocCache struct {
 
 type cachedAlloc struct {
 	at     time.Time
-	budget float64
-	shares map[string]quota.Share // read-only once cached
+	budget float64 // the rule's budget (its identity)
+	// current is the budget divided: the rule's, or less for a rule with a
+	// global limit (what the region may give its Envoys now).
+	current float64
+	shares  map[string]quota.Share // read-only once cached
 }
 
 func newAllocCache(maxAge time.Duration) *allocCache {
@@ -34,23 +37,23 @@ func newAllocCache(maxAge time.Duration) *allocCache {
 }
 
 // get returns the allocation of key for budget read less than maxAge
-// before now.
-func (c *allocCache) get(key string, budget float64, now time.Time) (map[string]quota.Share, bool) {
+// before now, and the budget it divided.
+func (c *allocCache) get(key string, budget float64, now time.Time) (map[string]quota.Share, float64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
 	if !ok || e.budget != budget || now.Sub(e.at) >= c.maxAge || now.Before(e.at) {
-		return nil, false
+		return nil, 0, false
 	}
-	return e.shares, true
+	return e.shares, e.current, true
 }
 
 // put caches an allocation read at now and, once per maxAge, drops the
 // stale entries, so buckets no stream holds any more do not accumulate.
-func (c *allocCache) put(key string, budget float64, shares map[string]quota.Share, now time.Time) {
+func (c *allocCache) put(key string, budget, current float64, shares map[string]quota.Share, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m[key] = cachedAlloc{at: now, budget: budget, shares: shares}
+	c.m[key] = cachedAlloc{at: now, budget: budget, current: current, shares: shares}
 	if c.sweeps.Due(now) {
 		expiry.Prune(c.m, func(e cachedAlloc) bool { return now.Sub(e.at) < c.maxAge })
 	}

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/extauthz/extauthz/pkg/policy"
 	"github.com/extauthz/extauthz/pkg/ratelimit"
 	"github.com/extauthz/extauthz/pkg/ratelimit/quota"
+	"github.com/extauthz/extauthz/pkg/ratelimit/region"
 )
 
 // Options configure a Server. Policy and Allocator are required; the other
@@ -68,6 +70,15 @@ type Options struct {
 	// rule's counter there, so that one limit is one budget across the
 	// three APIs. Nil charges nothing.
 	Limits ratelimit.Store
+	// Regional, when set, is the region's share of global limits (the
+	// region.Store Limits wraps, EXTAUTHZ_GLOBAL_REDIS_URL): a bucket whose
+	// rule has a limit of scope global is divided from what the region may
+	// give its Envoys of it (reserved in the region's Redis, and counted
+	// there against the region's grant), not from the limit's rate, and its
+	// Envoys' demand is reported to the exchanger with the region's own.
+	// Their reported usage is then not charged to the global limit again.
+	// Nil: a global limit is divided as a regional one.
+	Regional Regional
 	// TenantKey is EXTAUTHZ_RLS_TENANT_KEY: a bucket entry of this key is
 	// the tenant, taken out before matching exactly as RLS takes it out of
 	// a descriptor (so both count on one key). Empty disables.
@@ -77,6 +88,17 @@ type Options struct {
 	// (pkg/storetrace). Nil traces nothing.
 	TracerProvider trace.TracerProvider
 }
+
+// Regional is what RLQS needs of the region's share of global limits;
+// *region.Store implements it.
+type Regional interface {
+	// QuotaBudget is the rate (requests per second) the region's RLQS
+	// Envoys may be assigned together, of the global limit l of key, for the
+	// next ask.Horizon; it records their demand (region.Store.QuotaBudget).
+	QuotaBudget(ctx context.Context, key string, l ratelimit.Limit, ask region.QuotaAsk) (float64, error)
+}
+
+var _ Regional = (*region.Store)(nil)
 
 var errShortReply = errors.New("rlqs: rate-limit store returned no decision")
 

@@ -87,6 +87,27 @@ func (a *Allocator) Allocate(ctx context.Context, bucketKey string, budget float
 	return Allocate(budget, demands, a.cfg), nil
 }
 
+// Demands reads the live demands of bucketKey (requests per second; Unknown
+// for a client not measured yet): Allocate in two steps, for a caller whose
+// budget depends on them.
+func (a *Allocator) Demands(ctx context.Context, bucketKey string, now time.Time) (map[string]float64, error) {
+	demands, err := a.store.Demands(ctx, bucketKey, now)
+	if err != nil {
+		return nil, fmt.Errorf("quota: demands of %q: %w", bucketKey, err)
+	}
+	return demands, nil
+}
+
+// Divide divides budget (requests per second) among demands as Allocate
+// does, with the allocator's configuration.
+func (a *Allocator) Divide(budget float64, demands map[string]float64) map[string]Share {
+	return Allocate(budget, demands, a.cfg)
+}
+
+// Burst is how long the allocator's token buckets hold: a client may admit
+// its share × Burst at once on top of its rate.
+func (a *Allocator) Burst() time.Duration { return a.cfg.Bucket.withDefaults().Burst }
+
 // GrowGrant records want as a grant (GrantStore.GrowGrant; g.Rate is
 // want's rate) and returns what the client may be sent: want when it fits
 // in what the budget leaves after the other clients' live grants, else the
