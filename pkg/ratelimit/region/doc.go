@@ -38,4 +38,10 @@
 // every quarter interval in the region's Redis, shows its demand moved; none
 // of that touches the bound, which holds whatever demand is reported, and
 // whenever.
+//
+// RLQS Envoys of a global limit are given part of the region's cap
+// (Store.QuotaBudget): reserved per window in the region's Redis before it
+// is assigned, counted as admitted by decisions and by the exchanger, and
+// their demand reported with the region's. The bound then counts what they
+// admit, under conditions on Envoy stated in docs/multi-region.md.
 package region
