@@ -193,9 +193,9 @@ func (l *Local) claim(ctx context.Context, k, owner string, r Rule, t Topology) 
 // towards want in the current window, and in the next one when it starts
 // within horizon, as far as each window's cap leaves room (local_quota.lua),
 // and records their demand (hits per window; negative: leave it). It
-// returns the least reservation of those windows, which assignments made
-// now may use, and the current window's cap.
-func (l *Local) reserve(ctx context.Context, k string, r Rule, t Topology, want int64, demand float64, horizon time.Duration) (got, capNow int64, err error) {
+// returns the least reservation of those windows: what assignments made
+// now may use.
+func (l *Local) reserve(ctx context.Context, k string, r Rule, t Topology, want int64, demand float64, horizon time.Duration) (int64, error) {
 	d := ""
 	if demand >= 0 {
 		d = strconv.FormatFloat(demand, 'f', 3, 64)
@@ -203,18 +203,17 @@ func (l *Local) reserve(ctx context.Context, k string, r Rule, t Topology, want 
 	args := []any{i64(r.PeriodMS()), i64(r.FloorHits()), ms(keyTTL(r, t)), l.now.arg(), ms(horizon), i64(want), d, ms(demandTTL(t))}
 	v, err := localQuotaScript.Run(ctx, l.client, []string{l.Key(k)}, args).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("region: reserve: %w", err)
+		return 0, fmt.Errorf("region: reserve: %w", err)
 	}
 	a := strs(v)
-	if len(a) != 2 {
-		return 0, 0, fmt.Errorf("region: reserve: malformed reply %q", a)
+	if len(a) != 1 {
+		return 0, fmt.Errorf("region: reserve: malformed reply %q", a)
 	}
-	got, err1 := strconv.ParseInt(a[0], 10, 64)
-	capNow, err2 := strconv.ParseInt(a[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("region: reserve: malformed reply %q", a)
+	got, err := strconv.ParseInt(a[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("region: reserve: malformed reply %q", a)
 	}
-	return got, capNow, nil
+	return got, nil
 }
 
 // setCaps writes the caps of windows w and w+1: "lower" never raises a cap

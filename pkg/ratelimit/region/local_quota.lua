@@ -9,9 +9,9 @@
 -- window: Envoys may hold assignments sized from it) rises towards the
 -- wanted hits as far as the window's cap leaves room after what it
 -- admitted ("u:<window>") and reserved. "qd" = "<expiry ms> <demand>".
--- Reply: {the least reservation of those windows (what assignments made
--- now may use: it may exceed the wanted hits when an earlier call reserved
--- more), the current window's cap} as strings.
+-- Reply: {the least reservation of those windows} as a string: what
+-- assignments made now may use (more than wanted when an earlier call
+-- reserved more).
 local now = tonumber(ARGV[4])
 if not now then
   local t = redis.call('TIME')
@@ -43,4 +43,4 @@ if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'qd', (now + tonumber(ARGV[8])) .. ' ' .. ARGV[7])
 end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-return {tostring(got), tostring(math.max(caps[1], floor))}
+return {tostring(got)}

@@ -54,21 +54,17 @@ func (s *Store) QuotaBudget(ctx context.Context, key string, l ratelimit.Limit, 
 		s.ex.Track(k, r)
 	}
 	span := r.Period + max(ask.Burst, 0)
-	perWindow := ask.Demand * span.Seconds()
-	want := r.Limit
-	demand := math.Inf(1)
-	if !math.IsInf(ask.Demand, 1) && !math.IsNaN(ask.Demand) && ask.Demand >= 0 {
-		demand = ask.Demand * r.Period.Seconds()
-		want = min(r.Limit, int64(math.Ceil(perWindow*quotaHeadroom))+quotaSlack)
+	// Not measured yet (+Inf): compete for the whole limit, as the
+	// exchanger's first report does.
+	want, recorded := r.Limit, float64(r.Limit)
+	if d := ask.Demand; d >= 0 && !math.IsInf(d, 1) {
+		want = min(r.Limit, int64(math.Ceil(d*span.Seconds()*quotaHeadroom))+quotaSlack)
+		recorded = d * r.Period.Seconds()
+		if d == 0 {
+			want = 0
+		}
 	}
-	if ask.Demand == 0 {
-		want = 0
-	}
-	recorded := demand
-	if math.IsInf(demand, 1) {
-		recorded = float64(r.Limit) // not measured yet: compete for the whole limit
-	}
-	got, _, err := s.ex.local.reserve(ctx, k, r, s.ex.topo, want, recorded, ask.Horizon)
+	got, err := s.ex.local.reserve(ctx, k, r, s.ex.topo, want, recorded, ask.Horizon)
 	if err != nil {
 		return 0, err
 	}
