@@ -267,8 +267,9 @@ func (st *stream) allocate(ctx context.Context, b *bucket, now time.Time) (map[s
 // budgetNow is what b's clients divide now: the rule's budget, or less for
 // a rule with global limits: what the region may give its Envoys of each
 // (Regional.QuotaBudget, which reserves it in the region's Redis and
-// records the Envoys' demand). An assignment is replaced by the stream's
-// next tick at the latest, so it is sized for two ticks.
+// records the Envoys' demand). An assignment is made from an allocation up
+// to a tick old and replaced (or found no larger) by the stream's next
+// tick, so it is sized for three ticks: a message may be a tick late.
 func (st *stream) budgetNow(ctx context.Context, b *bucket, demands map[string]float64) (float64, error) {
 	budget := b.budget
 	if len(b.globals) == 0 {
@@ -278,7 +279,7 @@ func (st *stream) budgetNow(ctx context.Context, b *bucket, demands map[string]f
 	for _, d := range demands {
 		demand += d // Unknown is +Inf: ask for the whole limit
 	}
-	ask := region.QuotaAsk{Demand: demand, Burst: st.s.opts.Allocator.Burst(), Horizon: 2 * st.s.opts.Tick}
+	ask := region.QuotaAsk{Demand: demand, Burst: st.s.opts.Allocator.Burst(), Horizon: 3 * st.s.opts.Tick}
 	for _, l := range b.globals {
 		r, err := st.s.opts.Regional.QuotaBudget(ctx, b.storeKey, l, ask)
 		if err != nil {

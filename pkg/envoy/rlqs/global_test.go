@@ -87,8 +87,8 @@ func TestGlobalRuleIsDividedFromTheRegionsShare(t *testing.T) {
 		t.Errorf("both: %+v, want its regional 1/s, tighter than the region's 2/s", g)
 	}
 	asks, keys := fake.asked()
-	if len(asks) != 2 || !math.IsInf(asks[0].Demand, 1) || asks[0].Burst != quota.DefaultBurst || asks[0].Horizon != 2*time.Hour {
-		t.Errorf("asks %+v, want two with the unmeasured demand (+Inf), a 1s burst and two ticks of horizon", asks)
+	if len(asks) != 2 || !math.IsInf(asks[0].Demand, 1) || asks[0].Burst != quota.DefaultBurst || asks[0].Horizon != 3*time.Hour {
+		t.Errorf("asks %+v, want two with the unmeasured demand (+Inf), a 1s burst and three ticks of horizon", asks)
 	}
 	if len(keys) != 2 || keys[0] == keys[1] {
 		t.Errorf("asked for keys %q, want each bucket's own", keys)
