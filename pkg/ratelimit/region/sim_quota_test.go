@@ -112,7 +112,7 @@ func (s *quotaSim) assign(ctx context.Context, i int) {
 	budget := quota.RateOf(s.limit.Requests, s.limit.Period)
 	if !s.regional {
 		var err error
-		budget, err = s.stores[i].QuotaBudget(ctx, "tenant-a|api", s.limit, QuotaAsk{Demand: total, Burst: quotaBurst, Horizon: 2 * quotaTick})
+		budget, err = s.stores[i].QuotaBudget(ctx, "tenant-a|api", s.limit, QuotaAsk{Demand: total, Burst: quotaBurst, Horizon: 3 * quotaTick})
 		if err != nil {
 			s.t.Fatalf("%s: quota budget: %v", s.regions[i].name, err)
 		}
