@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +31,9 @@ const (
 
 // envoyConfig is the pod's bootstrap: the ext_authz filter as docs/envoy.md
 // configures it (gRPC, failure_mode_allow false, a 2 s timeout), its
-// cluster the Service's ClusterIP (no DNS runs on the node), over HTTP/2.
+// cluster the Service's ClusterIP, over HTTP/2, no retries. Its admin
+// listens on the pod's address: the test reads the cluster's connection
+// counters around a rollout and a drain.
 func envoyConfig(serviceIP string) string {
 	return fmt.Sprintf(`static_resources:
   listeners:
@@ -75,8 +79,8 @@ func envoyConfig(serviceIP string) string {
       - lb_endpoints:
         - endpoint: {address: {socket_address: {address: %[1]q, port_value: 9001}}}
 admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 9901}}
-`, serviceIP, envoyPort)
+  address: {socket_address: {address: 0.0.0.0, port_value: %[3]d}}
+`, serviceIP, envoyPort, envoyAdminPort)
 }
 
 // startEnvoyPod runs the Envoy pod and returns its address once a request
@@ -178,4 +182,45 @@ func startEnvoyLoad(ip string, conns, rate int) *load {
 			return envoyGet(ctx, client, envoyURL(ip), tenant)
 		}
 	})
+}
+
+const envoyAdminPort = 9901
+
+// envoyCounters reads the Envoy pod's counters of its connections to
+// extauthz and of its ext_authz filter's errors.
+func envoyCounters(ip string) (map[string]int, error) {
+	filter := `^(cluster\.extauthz\.upstream_cx_|cluster\.extauthz\.upstream_rq_pending_failure|http\.ingress\.ext_authz\.)`
+	resp, err := http.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(envoyAdminPort)) + "/stats?filter=" + url.QueryEscape(filter))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		var v int
+		if _, err := fmt.Sscan(value, &v); err == nil {
+			out[name] = v
+		}
+	}
+	return out, nil
+}
+
+// counterDelta is what moved between two readings, for a log line.
+func counterDelta(before, after map[string]int) string {
+	var parts []string
+	for name, v := range after {
+		if d := v - before[name]; d != 0 && !strings.HasSuffix(name, "_active") {
+			parts = append(parts, fmt.Sprintf("%s +%d", strings.TrimPrefix(name, "cluster.extauthz."), d))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }

@@ -737,6 +737,12 @@ type gatewayClient struct {
 // routes and limits arrive.
 func (g *gatewayClient) waitRoutes(t *testing.T) {
 	t.Helper()
+	// No keep-alive while waiting: a connection made before kube-proxy's
+	// rules for the Service leaves by the default route (see
+	// checkServiceRouting) and must not be reused.
+	keep := g.client
+	g.client = &http.Client{Timeout: keep.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	defer func() { g.client = keep }()
 	err := poll(t.Context(), 2*time.Minute, func() error {
 		for _, path := range []string{"/users", "/chat"} {
 			code, err := g.do(path, "route-probe-"+strings.TrimPrefix(path, "/"), "")
