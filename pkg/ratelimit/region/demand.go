@@ -45,6 +45,14 @@ type tracked struct {
 	idle int
 	// hit says this replica decided the key since its last exchange step.
 	hit bool
+	// view is the global view the last exchange on this replica ended
+	// with (its own grants those it mirrored): the next one predicts from it.
+	view *View
+	// short says that exchange left the region short of its share (another
+	// region had not given it back yet); retries counts the turns in a row
+	// that exchanged again for it.
+	short   bool
+	retries int
 }
 
 // reading is the region's count of hits asked of a key at a time of the
@@ -146,7 +154,7 @@ func (t *tracked) sinceLast(r Rule, c claimed) float64 {
 // one (at most one early exchange per interval), and once more a tick after
 // reporting a move that was still unfolding (its last tick alone: the two
 // ticks after it measure it better).
-func (e *Exchanger) observe(k string, r Rule, c claimed, due bool) (demand float64, exchange bool) {
+func (e *Exchanger) observe(k string, r Rule, c claimed, due bool) (demand float64, kind turnKind) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.lookup(k, r)
@@ -158,8 +166,15 @@ func (e *Exchanger) observe(k string, r Rule, c claimed, due bool) (demand float
 	m := t.recent(r, tick(e.topo))
 	refine := t.refine && m.known
 	if !due && !refine && (!m.moved || t.early) {
-		return 0, false
+		if !t.short || t.retries >= maxShortRetries {
+			return 0, turnRead
+		}
+		// Short of its share: exchange again, reporting the same demand
+		// (nothing new measured; the schedule stays).
+		t.retries++
+		return t.reported, turnRetry
 	}
+	t.retries = 0
 	switch {
 	case refine:
 		demand = m.two
@@ -181,8 +196,26 @@ func (e *Exchanger) observe(k string, r Rule, c claimed, due bool) (demand float
 		// their own. A refinement is part of the report before it.
 		t.due = e.next(e.clock())
 	}
-	return demand, true
+	if m.moved || refine {
+		return demand, turnMoved
+	}
+	return demand, turnRegular
 }
+
+// turnKind is what a turn of a key does.
+type turnKind int
+
+const (
+	// turnRead reads the count only.
+	turnRead turnKind = iota
+	// turnRegular exchanges the demand since the last exchange.
+	turnRegular
+	// turnMoved exchanges a demand that moved (early or on a regular turn).
+	turnMoved
+	// turnRetry exchanges again, the demand unchanged, because the last
+	// exchange left the region short of its share (see exchange).
+	turnRetry
+)
 
 // lookup returns k's entry, adding it under r if missing. e.mu is held.
 func (e *Exchanger) lookup(k string, r Rule) *tracked {

@@ -3,7 +3,6 @@ package region
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -97,6 +96,10 @@ type Outcome struct {
 	// Early is true when the step came before the key's interval was up,
 	// because the region's demand moved.
 	Early bool
+	// Retry is true when the step came before the key's interval was up
+	// because the last left the region short of its share while another
+	// region held more than its own (see exchange).
+	Retry bool
 }
 
 // Step exchanges key k once, now: take the lease, measure the demand,
@@ -162,49 +165,15 @@ func (e *Exchanger) turn(ctx context.Context, k string, r Rule, due bool) (Outco
 		e.notOwner(k, due)
 		return Outcome{}, due, nil
 	}
-	demand, now := e.observe(k, r, c, due)
-	if !now {
+	demand, kind := e.observe(k, r, c, due)
+	if kind == turnRead {
 		return Outcome{Owner: true}, false, nil
 	}
 	// The region's RLQS Envoys ask on top of the decisions counted here
 	// (their reservations do not count as hits asked).
-	out, err := e.exchange(ctx, k, r, c, demand+c.quota)
-	out.Early = !due
+	out, err := e.exchange(ctx, k, r, c, demand+c.quota, kind)
+	out.Early, out.Retry = !due && kind != turnRetry, kind == turnRetry
 	return out, true, err
-}
-
-// exchange is a step's part across regions: report demand, divide, lower,
-// grant, mirror.
-func (e *Exchanger) exchange(ctx context.Context, k string, r Rule, c claimed, demand float64) (Outcome, error) {
-	out := Outcome{Owner: true, Demand: demand}
-	view, err := e.global.Report(ctx, k, r, e.topo, out.Demand)
-	if err != nil {
-		return out, err
-	}
-	w := r.Window(view.Now)
-	out.Target = Target(view.Demands, r, e.topo)
-	own := view.Grants[e.topo.Region]
-	ask := Ask{Window: w, Want: out.Target, WantNext: out.Target, Gen: own.Gen}
-	if c.window == w {
-		ask.Want = rest(r, out.Target, out.Demand, c.used, view.Now)
-	}
-	if ask.Want < own.For(w) || ask.WantNext < own.For(w+1) {
-		ask.Want, ask.WantNext, err = e.local.setCaps(ctx, k, e.owner, "lower", r, e.topo, w,
-			min(ask.Want, own.For(w)), min(ask.WantNext, own.For(w+1)))
-		if err != nil {
-			return out, err
-		}
-		ask.Want, ask.WantNext = max(ask.Want, out.Target), max(ask.WantNext, out.Target)
-	}
-	g, err := e.global.Grant(ctx, k, r, e.topo, ask)
-	if err != nil {
-		return out, err
-	}
-	out.Grants = g
-	if _, _, err := e.local.setCaps(ctx, k, e.owner, "mirror", r, e.topo, g.Window, g.Budget, g.Next); err != nil {
-		return out, fmt.Errorf("after the global grant: %w", err)
-	}
-	return out, nil
 }
 
 // rest is what a region asks for the rest of the current window. Its fair

@@ -14,13 +14,10 @@ import (
 )
 
 var (
-	//go:embed global_report.lua
-	globalReportSrc string
 	//go:embed global_grant.lua
 	globalGrantSrc string
 
-	globalReportScript = redisscript.New(globalReportSrc)
-	globalGrantScript  = redisscript.New(globalGrantSrc)
+	globalGrantScript = redisscript.New(globalGrantSrc)
 )
 
 // Grants are one region's budgets of one key in the global store: Budget
@@ -80,28 +77,42 @@ func keyTTL(r Rule, t Topology) time.Duration { return 2*r.Period + t.Lease + 3*
 // lost exchange does not drop it from the division.
 func demandTTL(t Topology) time.Duration { return 3 * t.Interval }
 
-// Report records region's demand (hits per window; +Inf when not measured
-// yet) and returns the key's live demands and grants.
-func (g *Global) Report(ctx context.Context, k string, r Rule, t Topology, demand float64) (View, error) {
+// Exchange is an exchange step's one round trip: it records region's
+// demand (hits per window; +Inf when not measured yet), moves its grants
+// towards ask as Grant does, and returns the grants now held and the key's
+// live demands and grants after the call (the region's own among them).
+func (g *Global) Exchange(ctx context.Context, k string, r Rule, t Topology, demand float64, ask Ask) (Grants, View, error) {
 	d := "inf"
 	if !math.IsInf(demand, 1) {
 		d = strconv.FormatFloat(math.Max(demand, 0), 'g', -1, 64)
 	}
-	args := []any{t.Region, d, ms(demandTTL(t)), ms(keyTTL(r, t)), g.now.arg()}
-	v, err := globalReportScript.Run(ctx, g.client, []string{g.Key(k)}, args).Result()
+	args := append(g.grantArgs(r, t, ask), d, ms(demandTTL(t)))
+	v, err := globalGrantScript.Run(ctx, g.client, []string{g.Key(k)}, args).Result()
 	if err != nil {
-		return View{}, fmt.Errorf("region: global report: %w", err)
+		return Grants{}, View{}, fmt.Errorf("region: global exchange: %w", err)
 	}
-	return parseView(strs(v))
+	a := strs(v)
+	if len(a) < 5 {
+		return Grants{}, View{}, fmt.Errorf("region: global exchange: malformed reply %q", a)
+	}
+	gr, err := parseGrantReply(a[:4])
+	if err != nil {
+		return Grants{}, View{}, fmt.Errorf("region: global exchange: %w", err)
+	}
+	view, err := parseView(a[4:])
+	if err != nil {
+		return Grants{}, View{}, fmt.Errorf("region: global exchange: %w", err)
+	}
+	return gr, view, nil
 }
 
 func parseView(a []string) (View, error) {
 	if len(a) < 1 || len(a)%2 != 1 {
-		return View{}, fmt.Errorf("region: global report: malformed reply %q", a)
+		return View{}, fmt.Errorf("malformed view %q", a)
 	}
 	now, err := strconv.ParseInt(a[0], 10, 64)
 	if err != nil {
-		return View{}, fmt.Errorf("region: global report: bad clock %q", a[0])
+		return View{}, fmt.Errorf("bad clock %q", a[0])
 	}
 	v := View{Now: time.UnixMilli(now), Demands: map[string]float64{}, Grants: map[string]Grants{}}
 	for i := 1; i < len(a); i += 2 {
@@ -144,22 +155,33 @@ type Ask struct {
 // Grant moves region's grants towards ask within the room the other
 // regions' grants and floors leave, and returns the grants now held.
 func (g *Global) Grant(ctx context.Context, k string, r Rule, t Topology, ask Ask) (Grants, error) {
-	args := []any{
+	v, err := globalGrantScript.Run(ctx, g.client, []string{g.Key(k)}, g.grantArgs(r, t, ask)).Result()
+	if err != nil {
+		return Grants{}, fmt.Errorf("region: global grant: %w", err)
+	}
+	gr, err := parseGrantReply(strs(v))
+	if err != nil {
+		return Grants{}, fmt.Errorf("region: global grant: %w", err)
+	}
+	return gr, nil
+}
+
+func (g *Global) grantArgs(r Rule, t Topology, ask Ask) []any {
+	return []any{
 		t.Region, i64(r.Limit), i64(r.PeriodMS()), ms(t.Lease), i64(r.FloorHits()),
 		strings.Join(t.Regions, ","), i64(ask.Want), i64(ask.WantNext), i64(ask.Gen),
 		ms(keyTTL(r, t)), g.now.arg(), i64(ask.Window),
 	}
-	v, err := globalGrantScript.Run(ctx, g.client, []string{g.Key(k)}, args).Result()
-	if err != nil {
-		return Grants{}, fmt.Errorf("region: global grant: %w", err)
-	}
-	a := strs(v)
+}
+
+// parseGrantReply reads {window, gen, budget, next}.
+func parseGrantReply(a []string) (Grants, error) {
 	if len(a) != 4 {
-		return Grants{}, fmt.Errorf("region: global grant: malformed reply %q", a)
+		return Grants{}, fmt.Errorf("malformed reply %q", a)
 	}
 	gr, ok := parseGrants([]string{a[1], a[0], a[2], a[3]})
 	if !ok {
-		return Grants{}, fmt.Errorf("region: global grant: malformed reply %q", a)
+		return Grants{}, fmt.Errorf("malformed reply %q", a)
 	}
 	return gr, nil
 }

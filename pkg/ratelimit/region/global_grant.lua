@@ -1,20 +1,28 @@
 -- Moves one region's grants of one key towards what it wants, never past
--- the room the others leave. KEYS[1]: the key's global hash. ARGV[1]:
--- region, ARGV[2]: limit per window, ARGV[3]: period in ms, ARGV[4]: lease
--- in ms, ARGV[5]: floor in hits, ARGV[6]: the configured regions, comma-
--- separated, ARGV[7], ARGV[8]: wanted budget for the current and the next
--- window, ARGV[12]: the window index ARGV[7] is for (ARGV[8] is for the
--- one after; a window the caller named no value for keeps its grant, so a
--- call that crosses a window boundary never applies a value to the wrong
--- window), ARGV[9]: the generation the caller read (a shrink applies only if
--- the record is still that one), ARGV[10]: key TTL in ms, ARGV[11]: now in
--- ms, or "" to read Redis's clock.
+-- the room the others leave; with a demand, records it first and returns
+-- the key's live demands and grants too (an exchange step in one round
+-- trip). KEYS[1]: the key's global hash. ARGV[1]: region, ARGV[2]: limit
+-- per window, ARGV[3]: period in ms, ARGV[4]: lease in ms, ARGV[5]: floor
+-- in hits, ARGV[6]: the configured regions, comma-separated, ARGV[7],
+-- ARGV[8]: wanted budget for the current and the next window, ARGV[12]: the
+-- window index ARGV[7] is for (ARGV[8] is for the one after; a window the
+-- caller named no value for keeps its grant, so a call that crosses a
+-- window boundary never applies a value to the wrong window), ARGV[9]: the
+-- generation the caller read (a shrink applies only if the record is still
+-- that one), ARGV[10]: key TTL in ms, ARGV[11]: now in ms, or "" to read
+-- Redis's clock, ARGV[13] (optional): the region's demand (hits per window,
+-- "inf" when not measured yet), ARGV[14]: demand TTL in ms. A call with a
+-- demand deletes the expired ones before it divides.
+--
+-- Fields: "d:<region>" = "<expiry ms> <demand>", "g:<region>" = "<gen>
+-- <window> <budget(window)> <budget(window+1)>".
 --
 -- Invariant kept, for every window x: the sum over regions of
 -- max(budget(x), floor) <= limit. A grow takes at most limit minus the
 -- others' max(budget, floor); a shrink only lowers. The next window is
 -- granted only within lease of its start. Reply: {window, gen, budget
--- (window), budget(window+1)} as strings.
+-- (window), budget(window+1)} as strings; with a demand, followed by now
+-- and every field and value of the hash after the call.
 local now = tonumber(ARGV[11])
 if not now then
   local t = redis.call('TIME')
@@ -26,12 +34,24 @@ local w = math.floor(now / period)
 local horizon = 1
 if (w + 1) * period - now <= lease then horizon = 2 end
 
+local reporting = ARGV[13] ~= nil and ARGV[13] ~= ''
+if reporting then
+  redis.call('HSET', KEYS[1], 'd:' .. me, (now + tonumber(ARGV[14])) .. ' ' .. ARGV[13])
+end
+
 local recs, regions = {}, {}
 for r in string.gmatch(ARGV[6], '[^,]+') do regions[r] = true end
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local f, v = all[i], all[i + 1]
   local kind, r = string.sub(f, 1, 2), string.sub(f, 3)
+  if kind == 'd:' and reporting then
+    local exp = tonumber(string.match(v, '^(%S+)'))
+    if not exp or exp <= now then
+      redis.call('HDEL', KEYS[1], f)
+      kind = ''
+    end
+  end
   if kind == 'd:' or kind == 'g:' then regions[r] = true end
   if kind == 'g:' then
     local g, rw, b0, b1 = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
@@ -81,4 +101,10 @@ end
 gen = gen + 1
 redis.call('HSET', KEYS[1], 'g:' .. me, gen .. ' ' .. w .. ' ' .. new[1] .. ' ' .. new[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[10]))
-return {tostring(w), tostring(gen), tostring(new[1]), tostring(new[2])}
+local out = {tostring(w), tostring(gen), tostring(new[1]), tostring(new[2])}
+if reporting then
+  out[#out + 1] = tostring(now)
+  local after = redis.call('HGETALL', KEYS[1])
+  for i = 1, #after do out[#out + 1] = after[i] end
+end
+return out

@@ -22,6 +22,9 @@ import (
 type cuttable struct {
 	redisscript.Processor
 	cut atomic.Bool
+	// wan, when set, delays every command by oneWay each way (simWAN).
+	wan    *wan
+	oneWay time.Duration
 }
 
 var errCut = errors.New("link cut")
@@ -31,7 +34,15 @@ func (c *cuttable) Process(ctx context.Context, cmd redis.Cmder) error {
 		cmd.SetErr(errCut)
 		return errCut
 	}
-	return c.Processor.Process(ctx, cmd)
+	if c.wan == nil {
+		return c.Processor.Process(ctx, cmd)
+	}
+	// A round trip on the virtual clock: the command reaches the global
+	// store oneWay after it is sent, and its reply comes back oneWay later.
+	c.wan.sleep(c.oneWay)
+	err := c.Processor.Process(ctx, cmd)
+	c.wan.sleep(c.oneWay)
+	return err
 }
 
 // simRegion is one region of a simulation: its own Redis, one exchanger,
@@ -45,15 +56,21 @@ type simRegion struct {
 	carry    float64
 	admitted map[int64]int64
 	last     Outcome
-	// exchanges and early count the exchanges made, and those made before
-	// their interval (the demand moved).
-	exchanges, early int
+	// exchanges, early and retries count the exchanges made, those made
+	// before their interval because the demand moved, and those made again
+	// while short of a share another region held (Outcome.Retry).
+	exchanges, early, retries int
 	// noise, when set, makes arrivals Poisson at rate instead of evenly
 	// spaced.
 	noise *rand.Rand
 	// skew is how far the region's Redis clock is ahead of the global
 	// store's; admissions are counted in the windows of the region's clock.
 	skew time.Duration
+	// With WAN latency (sim.wan), the exchanger turns in its own goroutine:
+	// busy while a turn is under way, pending when a tick came meanwhile
+	// (Run's ticker keeps one), and err the last turn's unexpected error.
+	busy, pending bool
+	err           error
 }
 
 // setSkew puts r's Redis clock skew ahead of the global store's.
@@ -77,6 +94,9 @@ type sim struct {
 	key     string
 	dt      time.Duration
 	steps   int64
+	// wan, when set, is the scheduler of the regions' round trips to the
+	// global store (withWAN).
+	wan *wan
 }
 
 func newSim(t *testing.T, rule Rule, interval, lease time.Duration, names ...string) *sim {
@@ -117,15 +137,13 @@ func (s *sim) run(d time.Duration) {
 	ctx := context.Background()
 	perTick := int64(tick(s.topo) / s.dt)
 	for end := s.clock.Now().Add(d); s.clock.Now().Before(end); s.clock.Advance(s.dt) {
-		if s.steps%perTick == 0 {
+		if s.wan != nil {
+			s.turnAcrossWAN(s.steps%perTick == 0)
+		} else if s.steps%perTick == 0 {
 			for _, r := range s.regions {
 				out, done, err := r.ex.Tick(ctx, s.key, s.rule)
 				if done && err == nil {
-					r.last = out
-					r.exchanges++
-					if out.Early {
-						r.early++
-					}
+					r.count(out)
 				} else if err != nil && !errors.Is(err, errCut) {
 					s.t.Fatalf("%s: exchange: %v", r.name, err)
 				}
@@ -144,6 +162,18 @@ func (s *sim) run(d time.Duration) {
 				}
 			}
 		}
+	}
+}
+
+// count records one exchange's outcome.
+func (r *simRegion) count(out Outcome) {
+	r.last = out
+	r.exchanges++
+	if out.Early {
+		r.early++
+	}
+	if out.Retry {
+		r.retries++
 	}
 }
 

@@ -1,0 +1,237 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+)
+
+// holdWindow names no window in an Ask: the grant script keeps both of the
+// region's grants (it applies a value only to the window it is named for).
+const holdWindow = -2
+
+// maxShortRetries is how many turns in a row a region short of its fair
+// share (the room is held by a region that has not given it back yet)
+// exchanges again before its next regular exchange.
+const maxShortRetries = 2
+
+// exchange is a step's part across regions. One round trip when nothing
+// shrinks: report the demand and grow towards the asks the last view
+// predicts (that view with this region's new demand; no further than the
+// region holds or would get whatever the others want), then mirror. When the
+// prediction shrinks the region's grants, the local caps are lowered first
+// and the same round trip applies the shrink, fenced by the generation of
+// the last grant this replica saw. If the region's demand moved, they are
+// lowered to the pessimistic asks (the share it would have if every other
+// region wanted the whole limit: the others' demands may have moved with
+// its own, in reports this view does not show), and a turn left short of
+// the share the fresh view gives takes the rest back. When the fresh view
+// shrinks what the prediction did not: lower, then a second round trip
+// (Grant) with the generation just returned; when it gives more than the
+// prediction asked, a second round trip grows. A retry (a turn short of
+// its share) predicts nothing: what it wants may depend on a demand its
+// last view did not show.
+func (e *Exchanger) exchange(ctx context.Context, k string, r Rule, c claimed, demand float64, kind turnKind) (Outcome, error) {
+	out := Outcome{Owner: true, Demand: demand}
+	me := e.topo.Region
+	ask, pessimistic, err := e.predict(ctx, k, r, c, demand, kind)
+	if err != nil {
+		return out, err
+	}
+	g, view, err := e.global.Exchange(ctx, k, r, e.topo, demand, ask)
+	if err != nil {
+		return out, err
+	}
+	fresh, target := e.asks(r, view, demand, c)
+	out.Target = target
+	switch {
+	case fresh.Want < g.For(fresh.Window) || fresh.WantNext < g.For(fresh.Window+1):
+		a, err := e.lower(ctx, k, r, fresh, g, target)
+		if err != nil {
+			return out, err
+		}
+		a.Gen = g.Gen
+		if g, err = e.global.Grant(ctx, k, r, e.topo, a); err != nil {
+			return out, err
+		}
+	case !pessimistic && underAsked(fresh, ask, g):
+		// The prediction asked less than the fresh view gives (the first
+		// exchange, or others' demands fell): grow now.
+		fresh.Gen = g.Gen
+		if g, err = e.global.Grant(ctx, k, r, e.topo, fresh); err != nil {
+			return out, err
+		}
+	}
+	out.Grants = g
+	if _, _, err := e.local.setCaps(ctx, k, e.owner, "mirror", r, e.topo, g.Window, g.Budget, g.Next); err != nil {
+		return out, fmt.Errorf("after the global grant: %w", err)
+	}
+	view.Grants[me] = g
+	// Below the fresh share after a pessimistic shrink: the next turn takes
+	// back what the others have not taken by then.
+	below := pessimistic && underAsked(fresh, Ask{Window: holdWindow}, g)
+	e.settled(k, view, below || e.short(r, view, fresh, target, g))
+	return out, nil
+}
+
+// predict returns what an exchange asks before it sees the fresh view: on
+// a retry, or without a view of its own, nothing (both grants held);
+// otherwise the asks of its last view with its new demand, as exchange
+// says, the local caps lowered first for a shrink. pessimistic says the
+// shrink went to the pessimistic asks.
+func (e *Exchanger) predict(ctx context.Context, k string, r Rule, c claimed, demand float64, kind turnKind) (ask Ask, pessimistic bool, err error) {
+	prev, ok := e.lastView(k)
+	if !ok || kind == turnRetry {
+		return Ask{Window: holdWindow, Gen: -1}, false, nil
+	}
+	prev.Now, prev.Demands[e.topo.Region] = c.now, demand
+	own := prev.Grants[e.topo.Region]
+	a, _ := e.asks(r, prev, demand, c)
+	p, floorShare := e.asks(r, e.pessimistic(prev), demand, c)
+	w := a.Window
+	if a.Want < own.For(w) || a.WantNext < own.For(w+1) {
+		// Lower first. When the region's demand moved, to the pessimistic
+		// asks: the others' may have moved with it.
+		low, share := a, a.WantNext
+		if kind == turnMoved {
+			low, share, pessimistic = p, floorShare, true
+		}
+		if ask, err = e.lower(ctx, k, r, low, own, share); err != nil {
+			return ask, false, err
+		}
+	} else {
+		// Grow on a prediction only as far as the region holds already
+		// (for the next window: its last next-window grant, a share) or
+		// would get whatever the others want: beyond that, the room may be
+		// another region's in a view this one has not seen.
+		ask = a
+		ask.Want = min(a.Want, max(p.Want, own.For(w)))
+		ask.WantNext = min(a.WantNext, max(p.WantNext, own.Next))
+	}
+	ask.Gen = own.Gen
+	return ask, pessimistic, nil
+}
+
+// asks is what the region asks of view's division with its demand: its
+// fair share for the next window, and rest for the current one when the
+// claim counted it.
+func (e *Exchanger) asks(r Rule, view View, demand float64, c claimed) (Ask, int64) {
+	w := r.Window(view.Now)
+	target := Target(view.Demands, r, e.topo)
+	a := Ask{Window: w, Want: target, WantNext: target}
+	if c.window == w {
+		a.Want = rest(r, target, demand, c.used, view.Now)
+	}
+	return a, target
+}
+
+// pessimistic is view with every other region wanting the whole limit.
+func (e *Exchanger) pessimistic(view View) View {
+	d := map[string]float64{}
+	for _, name := range e.topo.Regions {
+		d[name] = math.Inf(1)
+	}
+	for name := range view.Demands {
+		d[name] = math.Inf(1)
+	}
+	for name := range view.Grants {
+		d[name] = math.Inf(1)
+	}
+	d[e.topo.Region] = view.Demands[e.topo.Region]
+	view.Demands = d
+	return view
+}
+
+// lower lowers the local caps of the windows where a is below own, never
+// below what they admitted, and returns the ask that the global shrink may
+// apply: what the caps were lowered to, or target if more.
+func (e *Exchanger) lower(ctx context.Context, k string, r Rule, a Ask, own Grants, target int64) (Ask, error) {
+	w := a.Window
+	if a.Want >= own.For(w) && a.WantNext >= own.For(w+1) {
+		return a, nil
+	}
+	want, next, err := e.local.setCaps(ctx, k, e.owner, "lower", r, e.topo, w,
+		min(a.Want, own.For(w)), min(a.WantNext, own.For(w+1)))
+	if err != nil {
+		return a, err
+	}
+	a.Want, a.WantNext = max(want, target), max(next, target)
+	return a, nil
+}
+
+// underAsked says whether fresh wants more than grants g in a window for
+// which the exchange asked less than fresh.
+func underAsked(fresh, asked Ask, g Grants) bool {
+	w := fresh.Window
+	if fresh.Want > g.For(w) && fresh.Want > asked.value(w, g) {
+		return true
+	}
+	return fresh.WantNext > g.For(w+1) && fresh.WantNext > asked.value(w+1, g)
+}
+
+// value is what a asks for window x: its value for x, or the grant held.
+func (a Ask) value(x int64, g Grants) int64 {
+	switch x {
+	case a.Window:
+		return a.Want
+	case a.Window + 1:
+		return a.WantNext
+	}
+	return g.For(x)
+}
+
+// short says whether grants g leave the region more than a hit short of
+// what the fresh view gives it (for the current window, its ask up to its
+// share; for the next one once granted, within the lease of its start, its
+// share) while another region holds more of that window than its share
+// and than its own demand needs: room that region's next exchange gives
+// back.
+func (e *Exchanger) short(r Rule, view View, fresh Ask, target int64, g Grants) bool {
+	w := fresh.Window
+	if g.For(w)+1 < min(fresh.Want, target) && e.overHeld(r, view, w) {
+		return true
+	}
+	start := (w + 1) * r.PeriodMS()
+	return start-view.Now.UnixMilli() <= e.topo.Lease.Milliseconds() &&
+		g.For(w+1)+1 < target && e.overHeld(r, view, w+1)
+}
+
+// overHeld says whether another region holds more of window x than both
+// its share in view and what its demand keeps (as rest keeps it).
+func (e *Exchanger) overHeld(r Rule, view View, x int64) bool {
+	for name, g := range view.Grants {
+		if name == e.topo.Region {
+			continue
+		}
+		t := e.topo
+		t.Region = name
+		keeps := view.Demands[name]*keepHeadroom + restSlack
+		if held := g.For(x); held > Target(view.Demands, r, t)+1 && float64(held) > keeps {
+			return true
+		}
+	}
+	return false
+}
+
+// lastView returns a copy of the view k's last exchange on this replica
+// ended with.
+func (e *Exchanger) lastView(k string) (View, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.keys[k]
+	if !ok || t.view == nil {
+		return View{}, false
+	}
+	return View{Now: t.view.Now, Demands: maps.Clone(t.view.Demands), Grants: maps.Clone(t.view.Grants)}, true
+}
+
+// settled records the view k's exchange ended with, and whether the region
+// is short of its share in it.
+func (e *Exchanger) settled(k string, view View, short bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t, ok := e.keys[k]; ok {
+		t.view, t.short = &view, short
+	}
+}
