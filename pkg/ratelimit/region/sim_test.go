@@ -25,6 +25,8 @@ type cuttable struct {
 	// wan, when set, delays every command by oneWay each way (simWAN).
 	wan    *wan
 	oneWay time.Duration
+	// calls counts the commands sent (round trips).
+	calls atomic.Int64
 }
 
 var errCut = errors.New("link cut")
@@ -34,6 +36,7 @@ func (c *cuttable) Process(ctx context.Context, cmd redis.Cmder) error {
 		cmd.SetErr(errCut)
 		return errCut
 	}
+	c.calls.Add(1)
 	if c.wan == nil {
 		return c.Processor.Process(ctx, cmd)
 	}

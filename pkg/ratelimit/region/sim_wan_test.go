@@ -164,7 +164,14 @@ func TestSimWANShiftFollowedInTwoIntervals(t *testing.T) {
 				}
 				receiver.rate, giver.rate = 300, 900
 				start := s.window()
-				s.run(3 * time.Second)
+				s.run(2 * time.Second)
+				// Steady demand: one round trip per exchange.
+				calls0, exchanges0 := receiver.link.calls.Load()+giver.link.calls.Load(), receiver.exchanges+giver.exchanges
+				s.run(time.Second)
+				calls, exchanges := receiver.link.calls.Load()+giver.link.calls.Load()-calls0, receiver.exchanges+giver.exchanges-exchanges0
+				if calls != int64(exchanges) {
+					t.Errorf("steady demand: %d round trips to the global store for %d exchanges, want one each", calls, exchanges)
+				}
 				s.runTo(100*time.Millisecond + time.Duration(offset*float64(wanInterval)/2))
 				receiver.rate, giver.rate = 900, 300
 				// Within 1 % of the limit: a tick holds 37.5 of the giver's hits,

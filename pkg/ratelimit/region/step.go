@@ -55,7 +55,7 @@ func (e *Exchanger) exchange(ctx context.Context, k string, r Rule, c claimed, d
 		if g, err = e.global.Grant(ctx, k, r, e.topo, a); err != nil {
 			return out, err
 		}
-	case !pessimistic && underAsked(fresh, ask, g):
+	case !pessimistic && e.underAsked(r, view, fresh, ask, g):
 		// The prediction asked less than the fresh view gives (the first
 		// exchange, or others' demands fell): grow now.
 		fresh.Gen = g.Gen
@@ -70,7 +70,7 @@ func (e *Exchanger) exchange(ctx context.Context, k string, r Rule, c claimed, d
 	view.Grants[me] = g
 	// Below the fresh share after a pessimistic shrink: the next turn takes
 	// back what the others have not taken by then.
-	below := pessimistic && underAsked(fresh, Ask{Window: holdWindow}, g)
+	below := pessimistic && e.underAsked(r, view, fresh, Ask{Window: holdWindow}, g)
 	e.settled(k, view, below || e.short(r, view, fresh, target, g))
 	return out, nil
 }
@@ -161,13 +161,37 @@ func (e *Exchanger) lower(ctx context.Context, k string, r Rule, a Ask, own Gran
 }
 
 // underAsked says whether fresh wants more than grants g in a window for
-// which the exchange asked less than fresh.
-func underAsked(fresh, asked Ask, g Grants) bool {
-	w := fresh.Window
-	if fresh.Want > g.For(w) && fresh.Want > asked.value(w, g) {
-		return true
+// which the exchange asked less than fresh, and view shows room for more
+// there (the limit less the others' grants and floors).
+func (e *Exchanger) underAsked(r Rule, view View, fresh, asked Ask, g Grants) bool {
+	for _, x := range []int64{fresh.Window, fresh.Window + 1} {
+		want := fresh.value(x, g)
+		if e.grantable(r, view, x) && want > g.For(x) && want > asked.value(x, g) && e.room(r, view, x) > g.For(x) {
+			return true
+		}
 	}
-	return fresh.WantNext > g.For(w+1) && fresh.WantNext > asked.value(w+1, g)
+	return false
+}
+
+// room is what view leaves this region of window x.
+func (e *Exchanger) room(r Rule, view View, x int64) int64 {
+	room := r.Limit
+	regions := map[string]bool{}
+	for _, name := range e.topo.Regions {
+		regions[name] = true
+	}
+	for name := range view.Grants {
+		regions[name] = true
+	}
+	for name := range view.Demands {
+		regions[name] = true
+	}
+	for name := range regions {
+		if name != e.topo.Region {
+			room -= max(view.Grants[name].For(x), r.FloorHits())
+		}
+	}
+	return room
 }
 
 // value is what a asks for window x: its value for x, or the grant held.
@@ -192,9 +216,14 @@ func (e *Exchanger) short(r Rule, view View, fresh Ask, target int64, g Grants) 
 	if g.For(w)+1 < min(fresh.Want, target) && e.overHeld(r, view, w) {
 		return true
 	}
-	start := (w + 1) * r.PeriodMS()
-	return start-view.Now.UnixMilli() <= e.topo.Lease.Milliseconds() &&
-		g.For(w+1)+1 < target && e.overHeld(r, view, w+1)
+	return e.grantable(r, view, w+1) && g.For(w+1)+1 < target && e.overHeld(r, view, w+1)
+}
+
+// grantable says whether the global store grants window x at view's time:
+// the current window, and the next within the lease of its start.
+func (e *Exchanger) grantable(r Rule, view View, x int64) bool {
+	w := r.Window(view.Now)
+	return x == w || x == w+1 && (w+1)*r.PeriodMS()-view.Now.UnixMilli() <= e.topo.Lease.Milliseconds()
 }
 
 // overHeld says whether another region holds more of window x than both
