@@ -19,12 +19,7 @@ func TestSimShiftMidIntervalFollowedInTwoIntervals(t *testing.T) {
 		for _, to := range []string{"us", "eu"} {
 			t.Run(fmt.Sprintf("offset=%.2f/to=%s", offset, to), func(t *testing.T) {
 				s := newSim(t, simRule, simInterval, simLease, "eu", "us")
-				eu, us := s.region("eu"), s.region("us")
-				receiver, giver := us, eu
-				if to == "eu" {
-					receiver, giver = eu, us
-				}
-				receiver.rate, giver.rate = 300, 900
+				receiver, giver := s.shiftPair(to)
 				start := s.window()
 				// Steady demand: exchanges every interval from the start,
 				// on the interval's boundaries. 200 ms into a window, plus

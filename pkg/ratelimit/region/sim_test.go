@@ -234,6 +234,17 @@ func (s *sim) utilisation(from, to int64) float64 {
 	return float64(n) / float64(s.rule.Limit*(to-from))
 }
 
+// shiftPair is the two regions of a shift test, at 3:1 before the shift:
+// the one demand moves to (named to: 300/s now) and the other (900/s).
+func (s *sim) shiftPair(to string) (receiver, giver *simRegion) {
+	receiver, giver = s.region("us"), s.region("eu")
+	if to == "eu" {
+		receiver, giver = giver, receiver
+	}
+	receiver.rate, giver.rate = 300, 900
+	return receiver, giver
+}
+
 func (s *sim) region(name string) *simRegion {
 	for _, r := range s.regions {
 		if r.name == name {

@@ -157,12 +157,7 @@ func TestSimWANShiftFollowedInTwoIntervals(t *testing.T) {
 				t.Parallel()
 				s := newSim(t, simRule, wanInterval, wanLease, "eu", "us")
 				s.withWAN(wanRTT)
-				eu, us := s.region("eu"), s.region("us")
-				receiver, giver := us, eu
-				if to == "eu" {
-					receiver, giver = eu, us
-				}
-				receiver.rate, giver.rate = 300, 900
+				receiver, giver := s.shiftPair(to)
 				start := s.window()
 				s.run(2 * time.Second)
 				// Steady demand: one round trip per exchange.
