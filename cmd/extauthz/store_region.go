@@ -19,7 +19,12 @@ import (
 
 // topology is the region settings as package region takes them.
 func (c Config) topology() region.Topology {
-	return region.Topology{Region: c.Region, Regions: c.regionList(), Interval: c.RegionExchangeInterval, Lease: c.RegionLease}
+	solo := c.RegionSolo
+	if solo == 0 {
+		solo = 8 * c.RegionExchangeInterval
+	}
+	return region.Topology{Region: c.Region, Regions: c.regionList(), Interval: c.RegionExchangeInterval,
+		Lease: c.RegionLease, Solo: solo}
 }
 
 // regionList is EXTAUTHZ_REGIONS split at commas, spaces trimmed.
@@ -87,13 +92,16 @@ func regionStack(store ratelimit.Store, local redis.UniversalClient, cfg Config,
 				warn(err)
 			case out.Owner:
 				steps.ok.Inc()
+				deps.Logger.Debug("region exchange", "key", key, "demand", out.Demand, "target", out.Target,
+					"window", out.Grants.Window, "budget", out.Grants.Budget, "next", out.Grants.Next,
+					"early", out.Early, "retry", out.Retry)
 			default:
 				steps.notOwner.Inc()
 			}
 		})
 	}()
 	deps.Logger.Info("global limits", "region", cfg.Region, "regions", cfg.regionList(),
-		"exchange_interval", cfg.RegionExchangeInterval, "lease", cfg.RegionLease, "global_cluster", cfg.GlobalRedisCluster)
+		"exchange_interval", cfg.RegionExchangeInterval, "lease", cfg.RegionLease, "solo_interval", cfg.topology().Solo, "global_cluster", cfg.GlobalRedisCluster)
 	return rb, nil
 }
 

@@ -53,6 +53,9 @@ type tracked struct {
 	// that exchanged again for it.
 	short   bool
 	retries int
+	// solo counts the exchanges in a row whose view showed the key used in
+	// this region only (alone): from two on, its exchanges back off.
+	solo int
 }
 
 // reading is the region's count of hits asked of a key at a time of the

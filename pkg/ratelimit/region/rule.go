@@ -74,6 +74,13 @@ type Topology struct {
 	// run. At least Interval plus a WAN round trip, so a connected region
 	// holds its next grant before the window turns.
 	Lease time.Duration
+	// Solo is the longest a key goes between exchanges while it is used
+	// in this region only (its exchanges see no other region's demand and
+	// no other grant above a floor): its interval doubles from Interval up
+	// to Solo, and its next window's grant is still asked for as soon as it
+	// can be made. A region whose demand for such a key begins waits up to
+	// Solo for a share above its floor. At most Interval (0): no back-off.
+	Solo time.Duration
 }
 
 // Validate reports what is wrong with t, or nil.
@@ -85,6 +92,8 @@ func (t Topology) Validate() error {
 		return fmt.Errorf("%w: interval must be positive, got %s", ErrInvalid, t.Interval)
 	case t.Lease < t.Interval:
 		return fmt.Errorf("%w: lease %s must be at least the interval %s", ErrInvalid, t.Lease, t.Interval)
+	case t.Solo < 0:
+		return fmt.Errorf("%w: solo interval must not be negative, got %s", ErrInvalid, t.Solo)
 	}
 	seen := map[string]bool{}
 	for _, r := range t.Regions {

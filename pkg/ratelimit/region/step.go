@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"time"
 )
 
 // holdWindow names no window in an Ask: the grant script keeps both of the
@@ -71,7 +72,7 @@ func (e *Exchanger) exchange(ctx context.Context, k string, r Rule, c claimed, d
 	// Below the fresh share after a pessimistic shrink: the next turn takes
 	// back what the others have not taken by then.
 	below := pessimistic && e.underAsked(r, view, fresh, Ask{Window: holdWindow}, g)
-	e.settled(k, view, below || e.short(r, view, fresh, target, g))
+	e.settled(k, r, view, below || e.short(r, view, fresh, target, g))
 	return out, nil
 }
 
@@ -226,11 +227,14 @@ func (e *Exchanger) grantable(r Rule, view View, x int64) bool {
 	return x == w || x == w+1 && (w+1)*r.PeriodMS()-view.Now.UnixMilli() <= e.topo.Lease.Milliseconds()
 }
 
-// overHeld says whether another region holds more of window x than both
-// its share in view and what its demand keeps (as rest keeps it).
+// overHeld says whether another region that exchanges (its demand is live
+// in view) holds more of window x than both its share in view and what its
+// demand keeps (as rest keeps it). A region whose demand lapsed is not
+// exchanging (backed off as alone, cut off, or gone): it gives nothing back
+// before its next exchange, so a retry would only cross the WAN again.
 func (e *Exchanger) overHeld(r Rule, view View, x int64) bool {
 	for name, g := range view.Grants {
-		if name == e.topo.Region {
+		if _, live := view.Demands[name]; name == e.topo.Region || !live {
 			continue
 		}
 		t := e.topo
@@ -256,11 +260,70 @@ func (e *Exchanger) lastView(k string) (View, bool) {
 }
 
 // settled records the view k's exchange ended with, and whether the region
-// is short of its share in it.
-func (e *Exchanger) settled(k string, view View, short bool) {
+// is short of its share in it; a key used in this region only for two
+// exchanges in a row is next due later (soloDelay).
+func (e *Exchanger) settled(k string, r Rule, view View, short bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t, ok := e.keys[k]; ok {
-		t.view, t.short = &view, short
+	t, ok := e.keys[k]
+	if !ok {
+		return
 	}
+	t.view, t.short = &view, short
+	if !e.alone(r, view) {
+		t.solo = 0
+		return
+	}
+	t.solo++
+	if d, ok := e.soloDelay(r, view, t.solo); ok {
+		t.due = later(t.due, e.clock().Add(d))
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// alone says whether view shows the key used in this region only: no other
+// region reports demand, and none holds more than its floor of the current
+// or the next window (what another region gave back is taken first).
+func (e *Exchanger) alone(r Rule, view View) bool {
+	for name, d := range view.Demands {
+		if name != e.topo.Region && d > 0 {
+			return false
+		}
+	}
+	w := r.Window(view.Now)
+	for name, g := range view.Grants {
+		if name != e.topo.Region && max(g.For(w), g.For(w+1)) > r.FloorHits() {
+			return false
+		}
+	}
+	return true
+}
+
+// soloDelay is how long after an exchange a key alone in this region for
+// solo exchanges in a row waits for its next one (ok is false: the interval,
+// as any key). Nothing but other regions' demand needs an exchange before
+// the first window this region holds no grant for becomes grantable, so
+// the delay doubles from the interval up to Topology.Solo, and ends a tick
+// after that window becomes grantable: the lease then leaves time for the
+// regular retries of a failed step before the window starts. The bound does
+// not read the schedule; what the back-off costs is that a region whose
+// demand for the key begins waits up to Solo for more than its floor.
+func (e *Exchanger) soloDelay(r Rule, view View, solo int) (time.Duration, bool) {
+	if solo < 2 || e.topo.Solo <= e.topo.Interval {
+		return 0, false
+	}
+	gap := min(e.topo.Interval<<min(solo-1, 20), e.topo.Solo)
+	w := r.Window(view.Now)
+	unheld := w + 1
+	if e.grantable(r, view, w+1) {
+		unheld = w + 2
+	}
+	renew := time.UnixMilli(unheld * r.PeriodMS()).Add(-e.topo.Lease + tick(e.topo))
+	return max(min(gap, renew.Sub(view.Now)), 0), true
 }
