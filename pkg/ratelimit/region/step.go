@@ -307,23 +307,38 @@ func (e *Exchanger) alone(r Rule, view View) bool {
 
 // soloDelay is how long after an exchange a key alone in this region for
 // solo exchanges in a row waits for its next one (ok is false: the interval,
-// as any key). Nothing but other regions' demand needs an exchange before
-// the first window this region holds no grant for becomes grantable, so
-// the delay doubles from the interval up to Topology.Solo, and ends a tick
-// after that window becomes grantable: the lease then leaves time for the
-// regular retries of a failed step before the window starts. The bound does
-// not read the schedule; what the back-off costs is that a region whose
-// demand for the key begins waits up to Solo for more than its floor.
+// as any key). Only other regions' demand needs an exchange before the
+// first window this region holds no grant for becomes grantable, so the
+// delay doubles from the interval up to Topology.Solo, and ends no later
+// than
+//   - a tick after that window becomes grantable: the lease then leaves time
+//     for the regular retries of a failed step before the window starts;
+//   - a last look before the current window ends (a tick and a round trip
+//     before it, the round trip as the lease allows: (Lease - Interval)/2):
+//     a region whose demand began since is seen while the grant this one
+//     holds for the next window can still be lowered.
+//
+// The bound does not read the schedule. What the back-off costs is that a
+// region whose demand for the key begins may wait up to Solo for more than
+// its floor where the other region's demand leaves it room.
 func (e *Exchanger) soloDelay(r Rule, view View, solo int) (time.Duration, bool) {
 	if solo < 2 || e.topo.Solo <= e.topo.Interval {
 		return 0, false
 	}
-	gap := min(e.topo.Interval<<min(solo-1, 20), e.topo.Solo)
 	w := r.Window(view.Now)
 	unheld := w + 1
 	if e.grantable(r, view, w+1) {
 		unheld = w + 2
 	}
-	renew := time.UnixMilli(unheld * r.PeriodMS()).Add(-e.topo.Lease + tick(e.topo))
-	return max(min(gap, renew.Sub(view.Now)), 0), true
+	start := func(x int64) time.Time { return time.UnixMilli(x * r.PeriodMS()) }
+	renewIn := start(unheld).Add(-e.topo.Lease + tick(e.topo)).Sub(view.Now)
+	if renewIn <= 0 {
+		return 0, true // grantable and not held: as any key
+	}
+	delay := min(e.topo.Interval<<min(solo-1, 20), e.topo.Solo, renewIn)
+	look := start(w + 1).Add(-tick(e.topo) - (e.topo.Lease-e.topo.Interval)/2)
+	if lookIn := look.Sub(view.Now); lookIn > 0 {
+		delay = min(delay, lookIn)
+	}
+	return delay, true
 }
