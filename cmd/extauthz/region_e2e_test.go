@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -20,18 +21,23 @@ import (
 	"github.com/extauthz/extauthz/internal/redistest"
 )
 
-// regionPolicy: users g* share 100 per second across regions (a floor of
-// 5 each); users r* have a large regional limit, decided in the region's
-// Redis as always: the latency baseline.
-const regionPolicy = `domain: shared
+// regionPolicy: users g* share e2eLimit per second across regions (a floor
+// of 5 % each), users m* 1000 per 10 s; users r* have a large regional
+// limit, decided in the region's Redis as always: the latency baseline.
+var regionPolicy = fmt.Sprintf(`domain: shared
 descriptors:
-  - {key: user, value: "g*", rate_limit: {unit: second, requests_per_unit: 100, algorithm: fixed_window, scope: global, floor: 0.05}}
+  - {key: user, value: "g*", rate_limit: {unit: second, requests_per_unit: %d, algorithm: fixed_window, scope: global, floor: 0.05}}
+  - {key: user, value: "m*", rate_limit: {period: 10s, requests_per_unit: 1000, algorithm: fixed_window, scope: global, floor: 0.05}}
   - {key: user, value: "r*", rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: fixed_window}}
-`
+`, e2eLimit)
 
 const (
-	e2eLimit    = 100
-	e2eFloor    = 5
+	e2eLimit = 300
+	e2eFloor = e2eLimit / 20
+	// e2eFollowed is where b's cap counts as having followed the shift to
+	// its new share (70 % of the limit), less 6 %: the giver's demand is
+	// measured over a few ticks after the shift.
+	e2eFollowed = e2eLimit * 66 / 100
 	e2eInterval = 500 * time.Millisecond
 	e2eWANDelay = 100 * time.Millisecond // one way: 200 ms round trips
 )
@@ -75,12 +81,12 @@ func TestRegionsEndToEnd(t *testing.T) {
 	regions := startRegions(t, global.Addr)
 	a, b := regions[0], regions[1]
 	d := startDriving(regions)
-	d.run("warm-up", 2*time.Second, func() { a.setRate(90); b.setRate(30) })
+	d.run("warm-up", 2*time.Second, func() { a.setRate(0.9 * e2eLimit); b.setRate(0.3 * e2eLimit) })
 	bytes0, t0 := a.link.bytes.Load()+b.link.bytes.Load(), time.Now()
-	d.run("3:1", 8*time.Second, func() { a.setRate(90); b.setRate(30) })
-	d.run("shift", 8*time.Second, func() { a.setRate(30); b.setRate(90) })
+	d.run("3:1", 8*time.Second, func() { a.setRate(0.9 * e2eLimit); b.setRate(0.3 * e2eLimit) })
+	d.run("shift", 8*time.Second, func() { a.setRate(0.3 * e2eLimit); b.setRate(0.9 * e2eLimit) })
 	wanBytes, wanDur := a.link.bytes.Load()+b.link.bytes.Load()-bytes0, time.Since(t0)
-	d.run("b cut off", 6*time.Second, func() { a.setRate(150); b.setRate(150); b.link.cut.Store(true) })
+	d.run("b cut off", 6*time.Second, func() { a.setRate(1.5 * e2eLimit); b.setRate(1.5 * e2eLimit); b.link.cut.Store(true) })
 	d.run("b rejoined", 5*time.Second, func() { b.link.cut.Store(false) })
 	d.run("global down", 6*time.Second, func() { global.Stop() })
 	log, phases := d.stop()
@@ -92,6 +98,7 @@ func TestRegionsEndToEnd(t *testing.T) {
 	logFigures(t, report, phases)
 	t.Logf("WAN bytes per exchange interval per key per region (both directions): %.0f",
 		float64(wanBytes)/(float64(wanDur)/float64(e2eInterval))/2)
+	logStepsAround(t, regions, phases[2].from)
 	for _, r := range regions {
 		checkExchangeSteps(t, r)
 	}
@@ -100,7 +107,7 @@ func TestRegionsEndToEnd(t *testing.T) {
 
 // startRegions starts regions a and b: each a redis-server, a WAN proxy to
 // the global Redis at globalAddr, and two extauthz processes.
-func startRegions(t *testing.T, globalAddr string) []*e2eRegion {
+func startRegions(t *testing.T, globalAddr string, extraEnv ...string) []*e2eRegion {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(path, []byte(regionPolicy), 0o600); err != nil {
@@ -114,8 +121,8 @@ func startRegions(t *testing.T, globalAddr string) []*e2eRegion {
 			"EXTAUTHZ_CONFIG=" + path, "EXTAUTHZ_REDIS_URL=" + local.URL,
 			"EXTAUTHZ_GLOBAL_REDIS_URL=redis://" + r.link.addr, "EXTAUTHZ_REGION=" + name, "EXTAUTHZ_REGIONS=a,b",
 			"EXTAUTHZ_REGION_EXCHANGE_INTERVAL=" + e2eInterval.String(), "EXTAUTHZ_REGION_LEASE=1500ms",
-			"EXTAUTHZ_LOG_LEVEL=info",
-		}, patient...)
+			"EXTAUTHZ_LOG_LEVEL=debug", // the exchange steps, logged around the shift
+		}, slices.Concat(patient, extraEnv)...)
 		for range 2 {
 			p := start(t, env...)
 			r.procs = append(r.procs, p)
@@ -187,7 +194,8 @@ func logFigures(t *testing.T, report *e2eReport, phases []e2ePhase) {
 	steady, shift := phases[1], phases[2]
 	t.Logf("utilisation in the 3:1 phase (whole windows after the first): %.3f", report.utilisation(steady.from.Add(time.Second), steady.to))
 	t.Logf("utilisation after the shift (its 2nd to last windows): %.3f", report.utilisation(shift.from.Add(time.Second), shift.to))
-	t.Logf("shift followed: b's cap reached its new share (66+) %v after the shift", report.follow("b", shift.from, 66))
+	t.Logf("shift followed: b's cap reached %d (its new share %d less 6 %%) %v after the shift",
+		e2eFollowed, e2eLimit*7/10, report.follow("b", shift.from, e2eFollowed))
 	t.Logf("decision latency, global limit: %s; regional limit: %s", report.latency(true), report.latency(false))
 	t.Logf("windows checked against the limit: %d", len(report.admitted))
 }
@@ -386,4 +394,39 @@ func (r *e2eReport) latency(global bool) string {
 	}
 	slices.Sort(ls)
 	return fmt.Sprintf("p50 %v p99 %v (%d calls)", ls[len(ls)/2], ls[len(ls)*99/100], len(ls))
+}
+
+// logStepsAround logs every region's exchange steps from half a second
+// before at to two seconds after, in time order: what each region reported
+// and was granted while a shift was followed.
+func logStepsAround(t *testing.T, regions []*e2eRegion, at time.Time) {
+	t.Helper()
+	type step struct {
+		at   time.Time
+		line string
+	}
+	var steps []step
+	for _, r := range regions {
+		for _, p := range r.procs {
+			for _, l := range strings.Split(p.Logs(), "\n") {
+				var s struct {
+					Time                         time.Time
+					Msg                          string
+					Demand                       float64
+					Target, Window, Budget, Next int64
+					Early, Retry                 bool
+				}
+				if json.Unmarshal([]byte(l), &s) != nil || s.Msg != "region exchange" ||
+					s.Time.Before(at.Add(-500*time.Millisecond)) || s.Time.After(at.Add(2*time.Second)) {
+					continue
+				}
+				steps = append(steps, step{s.Time, fmt.Sprintf("%s demand %.1f target %d grants w%d %d/%d early=%v retry=%v",
+					r.name, s.Demand, s.Target, s.Window%100, s.Budget, s.Next, s.Early, s.Retry)})
+			}
+		}
+	}
+	slices.SortFunc(steps, func(a, b step) int { return a.at.Compare(b.at) })
+	for _, s := range steps {
+		t.Logf("shift %+5dms: %s", s.at.Sub(at).Milliseconds(), s.line)
+	}
 }
