@@ -19,6 +19,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/extauthz/extauthz/internal/redistest"
+	"github.com/extauthz/extauthz/internal/wanproxy"
 )
 
 // regionPolicy: users g* share e2eLimit per second across regions (a floor
@@ -46,7 +47,7 @@ const (
 // extauthz replicas, and the demand driven at it (calls per second).
 type e2eRegion struct {
 	name  string
-	link  *wanProxy
+	link  *wanproxy.Proxy
 	procs []*proc
 	rls   []rlsv3.RateLimitServiceClient
 	mu    sync.Mutex
@@ -82,12 +83,12 @@ func TestRegionsEndToEnd(t *testing.T) {
 	a, b := regions[0], regions[1]
 	d := startDriving(regions)
 	d.run("warm-up", 2*time.Second, func() { a.setRate(0.9 * e2eLimit); b.setRate(0.3 * e2eLimit) })
-	bytes0, t0 := a.link.bytes.Load()+b.link.bytes.Load(), time.Now()
+	bytes0, t0 := a.link.Bytes.Load()+b.link.Bytes.Load(), time.Now()
 	d.run("3:1", 8*time.Second, func() { a.setRate(0.9 * e2eLimit); b.setRate(0.3 * e2eLimit) })
 	d.run("shift", 8*time.Second, func() { a.setRate(0.3 * e2eLimit); b.setRate(0.9 * e2eLimit) })
-	wanBytes, wanDur := a.link.bytes.Load()+b.link.bytes.Load()-bytes0, time.Since(t0)
-	d.run("b cut off", 6*time.Second, func() { a.setRate(1.5 * e2eLimit); b.setRate(1.5 * e2eLimit); b.link.cut.Store(true) })
-	d.run("b rejoined", 5*time.Second, func() { b.link.cut.Store(false) })
+	wanBytes, wanDur := a.link.Bytes.Load()+b.link.Bytes.Load()-bytes0, time.Since(t0)
+	d.run("b cut off", 6*time.Second, func() { a.setRate(1.5 * e2eLimit); b.setRate(1.5 * e2eLimit); b.link.Cut.Store(true) })
+	d.run("b rejoined", 5*time.Second, func() { b.link.Cut.Store(false) })
 	d.run("global down", 6*time.Second, func() { global.Stop() })
 	log, phases := d.stop()
 
@@ -116,10 +117,10 @@ func startRegions(t *testing.T, globalAddr string, extraEnv ...string) []*e2eReg
 	var regions []*e2eRegion
 	for _, name := range []string{"a", "b"} {
 		local := redistest.Standalone(t)
-		r := &e2eRegion{name: name, link: newWANProxy(t, globalAddr, e2eWANDelay)}
+		r := &e2eRegion{name: name, link: wanproxy.New(t, globalAddr, e2eWANDelay)}
 		env := append([]string{
 			"EXTAUTHZ_CONFIG=" + path, "EXTAUTHZ_REDIS_URL=" + local.URL,
-			"EXTAUTHZ_GLOBAL_REDIS_URL=redis://" + r.link.addr, "EXTAUTHZ_REGION=" + name, "EXTAUTHZ_REGIONS=a,b",
+			"EXTAUTHZ_GLOBAL_REDIS_URL=redis://" + r.link.Addr, "EXTAUTHZ_REGION=" + name, "EXTAUTHZ_REGIONS=a,b",
 			"EXTAUTHZ_REGION_EXCHANGE_INTERVAL=" + e2eInterval.String(), "EXTAUTHZ_REGION_LEASE=1500ms",
 			"EXTAUTHZ_LOG_LEVEL=debug", // the exchange steps, logged around the shift
 		}, slices.Concat(patient, extraEnv)...)

@@ -1,4 +1,6 @@
-package main
+// Package wanproxy stands for a WAN in tests: a TCP proxy that delays,
+// counts and can partition what crosses it.
+package wanproxy
 
 import (
 	"io"
@@ -9,29 +11,34 @@ import (
 	"time"
 )
 
-// wanProxy stands for the WAN between a region and the global Redis: it
-// forwards TCP to target with a one-way delay on every chunk (order kept),
-// counts the bytes crossing it, and can partition: while cut, it forwards
-// nothing either way and new connections hang (a black hole, as a real
-// partition looks to a client, which then times out).
-type wanProxy struct {
-	addr   string
+// Proxy stands for the WAN between a region and a global store: it forwards
+// TCP to target with a one-way delay on every chunk (order kept), counts the
+// bytes crossing it, and can partition: while Cut, it forwards nothing
+// either way and new connections hang (a black hole, as a real partition
+// looks to a client, which then times out).
+type Proxy struct {
+	// Addr is the proxy's loopback address.
+	Addr string
+	// Cut partitions while set.
+	Cut atomic.Bool
+	// Bytes counts what crossed, both directions.
+	Bytes  atomic.Int64
 	target string
 	delay  time.Duration
-	cut    atomic.Bool
-	bytes  atomic.Int64
 	ln     net.Listener
 	mu     sync.Mutex
 	conns  []net.Conn
 }
 
-func newWANProxy(t *testing.T, target string, delay time.Duration) *wanProxy {
+// New starts a proxy to target delaying each way by delay; it stops when
+// the test ends.
+func New(t testing.TB, target string, delay time.Duration) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &wanProxy{addr: ln.Addr().String(), target: target, delay: delay, ln: ln}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, delay: delay, ln: ln}
 	go p.accept()
 	t.Cleanup(func() {
 		_ = ln.Close()
@@ -44,7 +51,7 @@ func newWANProxy(t *testing.T, target string, delay time.Duration) *wanProxy {
 	return p
 }
 
-func (p *wanProxy) accept() {
+func (p *Proxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -55,14 +62,14 @@ func (p *wanProxy) accept() {
 	}
 }
 
-func (p *wanProxy) track(c net.Conn) {
+func (p *Proxy) track(c net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.conns = append(p.conns, c)
 }
 
-func (p *wanProxy) serve(c net.Conn) {
-	for p.cut.Load() { // a partition: the connection goes nowhere
+func (p *Proxy) serve(c net.Conn) {
+	for p.Cut.Load() { // a partition: the connection goes nowhere
 		time.Sleep(10 * time.Millisecond)
 	}
 	up, err := net.Dial("tcp", p.target)
@@ -76,7 +83,7 @@ func (p *wanProxy) serve(c net.Conn) {
 }
 
 // pipe copies src to dst, each chunk delayed, dropped while cut.
-func (p *wanProxy) pipe(src, dst net.Conn) {
+func (p *Proxy) pipe(src, dst net.Conn) {
 	type chunk struct {
 		at   time.Time
 		data []byte
@@ -94,8 +101,8 @@ func (p *wanProxy) pipe(src, dst net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.cut.Load() {
-			p.bytes.Add(int64(n))
+		if n > 0 && !p.Cut.Load() {
+			p.Bytes.Add(int64(n))
 			q <- chunk{at: time.Now().Add(p.delay), data: append([]byte(nil), buf[:n]...)}
 		}
 		if err != nil {
