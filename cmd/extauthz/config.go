@@ -177,8 +177,9 @@ type Config struct {
 	// renews its shares.
 	RegionExchangeInterval time.Duration `envconfig:"EXTAUTHZ_REGION_EXCHANGE_INTERVAL" default:"1s"`
 	// RegionLease is how long before a window starts its share is granted
-	// (at least the interval plus a WAN round trip).
-	RegionLease time.Duration `envconfig:"EXTAUTHZ_REGION_LEASE" default:"3s"`
+	// (at least the interval plus a WAN round trip; for RLQS budgets of
+	// global limits, three RLQS ticks more).
+	RegionLease time.Duration `envconfig:"EXTAUTHZ_REGION_LEASE" default:"5s"`
 	// RegionSolo is the longest a key used in one region only goes between
 	// exchanges (0: eight intervals); at most the interval turns it off.
 	RegionSolo time.Duration `envconfig:"EXTAUTHZ_REGION_SOLO_INTERVAL" default:"0s"`
@@ -434,7 +435,7 @@ func (c Config) regionRules() []rule {
 			c.GlobalRedisURL == "" || c.RedisURL != "" && (strings.HasPrefix(c.GlobalRedisURL, "redis://") || strings.HasPrefix(c.GlobalRedisURL, "rediss://"))},
 		{"REGION", "with EXTAUTHZ_GLOBAL_REDIS_URL, one of EXTAUTHZ_REGIONS (distinct names without commas or spaces)", c.Region, c.GlobalRedisURL == "" || c.topology().Validate() == nil},
 		{"REGION_EXCHANGE_INTERVAL", "a duration above 0, e.g. 1s", c.RegionExchangeInterval, c.RegionExchangeInterval > 0},
-		{"REGION_LEASE", "a duration at least EXTAUTHZ_REGION_EXCHANGE_INTERVAL, e.g. 3s", c.RegionLease, c.RegionLease >= c.RegionExchangeInterval},
+		{"REGION_LEASE", "a duration at least EXTAUTHZ_REGION_EXCHANGE_INTERVAL, e.g. 5s", c.RegionLease, c.RegionLease >= c.RegionExchangeInterval},
 		{"REGION_SOLO_INTERVAL", "a duration of 0 or more (0: eight exchange intervals), e.g. 8s", c.RegionSolo, c.RegionSolo >= 0},
 	}
 }

@@ -100,10 +100,21 @@ func regionStack(store ratelimit.Store, local redis.UniversalClient, cfg Config,
 			}
 		})
 	}()
+	if cfg.RegionLease < rlqsHorizon+cfg.RegionExchangeInterval {
+		deps.Logger.Warn("EXTAUTHZ_REGION_LEASE is shorter than three RLQS ticks and an exchange interval: "+
+			"RLQS budgets of global limits shrink towards the floor near every window's end (docs/multi-region.md)",
+			"lease", cfg.RegionLease, "want_at_least", rlqsHorizon+cfg.RegionExchangeInterval)
+	}
 	deps.Logger.Info("global limits", "region", cfg.Region, "regions", cfg.regionList(),
 		"exchange_interval", cfg.RegionExchangeInterval, "lease", cfg.RegionLease, "solo_interval", cfg.topology().Solo, "global_cluster", cfg.GlobalRedisCluster)
 	return rb, nil
 }
+
+// rlqsHorizon is how long an RLQS assignment of a global limit may be
+// enforced (three ticks of pkg/envoy/rlqs's 1 s): the next window's budget
+// is reserved that long before it starts, so the region's grant for it must
+// be there by then.
+const rlqsHorizon = 3 * time.Second
 
 // regionSteps counts exchange steps by result.
 type regionSteps struct{ ok, notOwner, failed prometheus.Counter }
