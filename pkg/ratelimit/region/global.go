@@ -86,8 +86,7 @@ func (g *Global) Exchange(ctx context.Context, k string, r Rule, t Topology, dem
 	if !math.IsInf(demand, 1) {
 		d = strconv.FormatFloat(math.Max(demand, 0), 'g', -1, 64)
 	}
-	args := append(g.grantArgs(r, t, ask), d, ms(demandTTL(t)))
-	v, err := globalGrantScript.Run(ctx, g.client, []string{g.Key(k)}, args).Result()
+	v, err := globalGrantScript.Run(ctx, g.client, []string{g.Key(k)}, g.grantArgs(r, t, ask, d, ms(demandTTL(t)))).Result()
 	if err != nil {
 		return Grants{}, View{}, fmt.Errorf("region: global exchange: %w", err)
 	}
@@ -155,7 +154,7 @@ type Ask struct {
 // Grant moves region's grants towards ask within the room the other
 // regions' grants and floors leave, and returns the grants now held.
 func (g *Global) Grant(ctx context.Context, k string, r Rule, t Topology, ask Ask) (Grants, error) {
-	v, err := globalGrantScript.Run(ctx, g.client, []string{g.Key(k)}, g.grantArgs(r, t, ask)).Result()
+	v, err := globalGrantScript.Run(ctx, g.client, []string{g.Key(k)}, g.grantArgs(r, t, ask, "", "")).Result()
 	if err != nil {
 		return Grants{}, fmt.Errorf("region: global grant: %w", err)
 	}
@@ -166,11 +165,15 @@ func (g *Global) Grant(ctx context.Context, k string, r Rule, t Topology, ask As
 	return gr, nil
 }
 
-func (g *Global) grantArgs(r Rule, t Topology, ask Ask) []any {
+// grantArgs are global_grant.lua's arguments: demand and demandTTL empty
+// for a grant that reports nothing. The window after ask's next may grow to
+// what the next wants: a call that lands a window later than it was asked
+// for (a step across a window boundary) grants its new next window too.
+func (g *Global) grantArgs(r Rule, t Topology, ask Ask, demand, demandTTL any) []any {
 	return []any{
 		t.Region, i64(r.Limit), i64(r.PeriodMS()), ms(t.Lease), i64(r.FloorHits()),
 		strings.Join(t.Regions, ","), i64(ask.Want), i64(ask.WantNext), i64(ask.Gen),
-		ms(keyTTL(r, t)), g.now.arg(), i64(ask.Window),
+		ms(keyTTL(r, t)), g.now.arg(), i64(ask.Window), demand, demandTTL, i64(ask.WantNext),
 	}
 }
 

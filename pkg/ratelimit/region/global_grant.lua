@@ -11,8 +11,12 @@
 -- generation the caller read (a shrink applies only if the record is still
 -- that one), ARGV[10]: key TTL in ms, ARGV[11]: now in ms, or "" to read
 -- Redis's clock, ARGV[13] (optional): the region's demand (hits per window,
--- "inf" when not measured yet), ARGV[14]: demand TTL in ms. A call with a
--- demand deletes the expired ones before it divides.
+-- "inf" when not measured yet), ARGV[14]: demand TTL in ms (both "" for a
+-- call that reports nothing), ARGV[15] (optional): what the window after
+-- ARGV[12]'s next may grow to (never shrink) when the call lands a window
+-- later than it was asked for: a step that crosses a window boundary still
+-- grants its new next window. A call with a demand deletes the expired
+-- ones before it divides.
 --
 -- Fields: "d:<region>" = "<expiry ms> <demand>", "g:<region>" = "<gen>
 -- <window> <budget(window)> <budget(window+1)>".
@@ -72,9 +76,12 @@ local own = recs[me]
 local gen = 0
 if own then gen = own.gen end
 local wc = tonumber(ARGV[12])
+local afterNext = tonumber(ARGV[15] or "")
 local function wanted(x, keep)
   if x == wc then return tonumber(ARGV[7]) end
   if x == wc + 1 then return tonumber(ARGV[8]) end
+  -- No local cap was lowered for this window: grow only.
+  if x == wc + 2 and afterNext then return math.max(keep, afterNext) end
   return keep
 end
 local cur, new = {}, {}

@@ -138,6 +138,23 @@ func (s *sim) turnAcrossWAN(tick bool) {
 	s.wan.settle()
 }
 
+// idleTurns runs the simulation until no region's turn is under way (at
+// most a second), so that what crossed the WAN and the exchanges made can
+// be counted at the same instant.
+func (s *sim) idleTurns() {
+	for end := s.clock.Now().Add(time.Second); s.clock.Now().Before(end); {
+		busy := false
+		for _, r := range s.regions {
+			busy = busy || r.busy
+		}
+		if !busy {
+			return
+		}
+		s.run(s.dt)
+	}
+	s.t.Fatal("a turn was under way for a second")
+}
+
 // The end-to-end test's timing on the virtual clock: a 500 ms interval,
 // 1.5 s lease, 200 ms round trips to the global store.
 const (
@@ -160,9 +177,12 @@ func TestSimWANShiftFollowedInTwoIntervals(t *testing.T) {
 				receiver, giver := s.shiftPair(to)
 				start := s.window()
 				s.run(2 * time.Second)
-				// Steady demand: one round trip per exchange.
+				// Steady demand: one round trip per exchange (counted between
+				// instants with no turn under way).
+				s.idleTurns()
 				calls0, exchanges0 := receiver.link.calls.Load()+giver.link.calls.Load(), receiver.exchanges+giver.exchanges
 				s.run(time.Second)
+				s.idleTurns()
 				calls, exchanges := receiver.link.calls.Load()+giver.link.calls.Load()-calls0, receiver.exchanges+giver.exchanges-exchanges0
 				if calls != int64(exchanges) {
 					t.Errorf("steady demand: %d round trips to the global store for %d exchanges, want one each", calls, exchanges)

@@ -260,8 +260,9 @@ func (e *Exchanger) lastView(k string) (View, bool) {
 }
 
 // settled records the view k's exchange ended with, and whether the region
-// is short of its share in it; a key used in this region only for two
-// exchanges in a row is next due later (soloDelay).
+// is short of its share in it. The next exchange comes no later than the
+// renewal (renewIn), and a key used in this region only for two exchanges
+// in a row is next due later (soloDelay).
 func (e *Exchanger) settled(k string, r Rule, view View, short bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -270,14 +271,52 @@ func (e *Exchanger) settled(k string, r Rule, view View, short bool) {
 		return
 	}
 	t.view, t.short = &view, short
+	now := e.clock()
+	renew, renewing := e.renewIn(r, view)
+	if renewing {
+		t.due = earlier(t.due, now.Add(renew))
+	}
 	if !e.alone(r, view) {
 		t.solo = 0
 		return
 	}
 	t.solo++
-	if d, ok := e.soloDelay(r, view, t.solo); ok {
-		t.due = later(t.due, e.clock().Add(d))
+	if d, ok := e.soloDelay(r, view, t.solo, renew, renewing); ok {
+		t.due = later(t.due, now.Add(d))
 	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// renewIn is how long after view's time the first window the region holds
+// no grant for becomes grantable, and a tick more: the exchange that grants
+// it is due then at the latest. The store grants only the current window
+// and the next (within the lease of its start), so a key whose exchanges
+// came an interval apart could skip a window's renewal when the interval is
+// about the window or longer (a turn a tick late, a step of two round
+// trips), and start that window on its floor (end to end, 1 s windows and
+// interval, 300 ms round trips: 167 of 210 in two windows of eight). ok is
+// false when that window is grantable already (its grant was not made: no
+// room; the regular schedule retries).
+func (e *Exchanger) renewIn(r Rule, view View) (time.Duration, bool) {
+	w := r.Window(view.Now)
+	unheld := w + 1
+	if e.grantable(r, view, w+1) {
+		unheld = w + 2
+	}
+	start := func(x int64) time.Time { return time.UnixMilli(x * r.PeriodMS()) }
+	// Grantable once it is the next window and within the lease of its start.
+	grantable := start(unheld).Add(-e.topo.Lease)
+	if prev := start(unheld - 1); grantable.Before(prev) {
+		grantable = prev
+	}
+	in := grantable.Add(tick(e.topo)).Sub(view.Now)
+	return in, in > 0
 }
 
 func later(a, b time.Time) time.Time {
@@ -311,8 +350,9 @@ func (e *Exchanger) alone(r Rule, view View) bool {
 // first window this region holds no grant for becomes grantable, so the
 // delay doubles from the interval up to Topology.Solo, and ends no later
 // than
-//   - a tick after that window becomes grantable: the lease then leaves time
-//     for the regular retries of a failed step before the window starts;
+//   - renew (renewIn): a tick after that window becomes grantable, which
+//     leaves the rest of the lease for the regular retries of a failed step
+//     before the window starts;
 //   - a last look before the current window ends (a tick and a round trip
 //     before it, the round trip as the lease allows: (Lease - Interval)/2):
 //     a region whose demand began since is seen while the grant this one
@@ -321,22 +361,16 @@ func (e *Exchanger) alone(r Rule, view View) bool {
 // The bound does not read the schedule. What the back-off costs is that a
 // region whose demand for the key begins may wait up to Solo for more than
 // its floor where the other region's demand leaves it room.
-func (e *Exchanger) soloDelay(r Rule, view View, solo int) (time.Duration, bool) {
+func (e *Exchanger) soloDelay(r Rule, view View, solo int, renew time.Duration, renewing bool) (time.Duration, bool) {
 	if solo < 2 || e.topo.Solo <= e.topo.Interval {
 		return 0, false
 	}
-	w := r.Window(view.Now)
-	unheld := w + 1
-	if e.grantable(r, view, w+1) {
-		unheld = w + 2
-	}
-	start := func(x int64) time.Time { return time.UnixMilli(x * r.PeriodMS()) }
-	renewIn := start(unheld).Add(-e.topo.Lease + tick(e.topo)).Sub(view.Now)
-	if renewIn <= 0 {
+	if !renewing {
 		return 0, true // grantable and not held: as any key
 	}
-	delay := min(e.topo.Interval<<min(solo-1, 20), e.topo.Solo, renewIn)
-	look := start(w + 1).Add(-tick(e.topo) - (e.topo.Lease-e.topo.Interval)/2)
+	delay := min(e.topo.Interval<<min(solo-1, 20), e.topo.Solo, renew)
+	w := r.Window(view.Now)
+	look := time.UnixMilli((w + 1) * r.PeriodMS()).Add(-tick(e.topo) - (e.topo.Lease-e.topo.Interval)/2)
 	if lookIn := look.Sub(view.Now); lookIn > 0 {
 		delay = min(delay, lookIn)
 	}

@@ -133,6 +133,41 @@ func TestGrowIntoRoomOnly(t *testing.T) {
 	}
 }
 
+// A call that lands a window after the one its asks were made in (a step
+// whose claim came just before a window ended, its script just after)
+// grants its new next window too, growing it to what the asked next wanted,
+// room-checked, and never shrinking it. Without that, a region whose steps
+// all crossed the boundary at the same phase (one step a window, long
+// round trips) started every window on its floor: 181 of its 210 a window
+// at 3:1 end to end.
+func TestStepAcrossWindowBoundaryGrantsItsNewNext(t *testing.T) {
+	ctx := context.Background()
+	clock := testclock.New(time.UnixMilli(1_800_000_000_000 - 100)) // 100 ms before a window
+	c := redistest.Standalone(t).Client()
+	_, g := newTestPair(t, c, clock, "eu")
+	// One step a window: a lease longer than the window, so the next one is
+	// always grantable.
+	eu := Topology{Region: "eu", Regions: []string{"eu", "us"}, Interval: time.Second, Lease: 2500 * time.Millisecond}
+	us := eu
+	us.Region = "us"
+	asked := simRule.Window(clock.Now())
+	clock.Advance(200 * time.Millisecond) // the script runs in the next window
+	got, err := g.Grant(ctx, "k", simRule, eu, Ask{Window: asked, Want: 700, WantNext: 700})
+	if err != nil || got.Window != asked+1 || got.Budget != 700 || got.Next != 700 {
+		t.Fatalf("eu's step across the boundary: %+v, %v; want 700 for the window it landed in and 700 for the one after", got, err)
+	}
+	// Room-checked: us asks 500 a window the same way; eu holds 700.
+	other, _ := g.Grant(ctx, "k", simRule, us, Ask{Window: asked, Want: 500, WantNext: 500})
+	if other.Budget != 300 || other.Next != 300 {
+		t.Fatalf("us across the boundary: %+v, want 300 and 300 (what eu leaves)", other)
+	}
+	// Never a shrink: a lower value for the window after next keeps eu's.
+	got, _ = g.Grant(ctx, "k", simRule, eu, Ask{Window: asked, Want: 700, WantNext: 100, Gen: got.Gen})
+	if got.Next != 700 {
+		t.Fatalf("eu's grant for the window after the asked next: %d, want 700 kept (it may only grow)", got.Next)
+	}
+}
+
 // The scripts run unchanged on Redis Cluster: each touches one key.
 func TestExchangeOnCluster(t *testing.T) {
 	ctx := context.Background()
