@@ -24,13 +24,20 @@ import (
 
 // regionPolicy: users g* share e2eLimit per second across regions (a floor
 // of 5 % each), users m* 1000 per 10 s; users r* have a large regional
-// limit, decided in the region's Redis as always: the latency baseline.
+// limit, decided in the region's Redis as always: the latency baseline. The
+// ext_authz route /shared: e2eLimit per second per tenant, global too.
 var regionPolicy = fmt.Sprintf(`domain: shared
 descriptors:
   - {key: user, value: "g*", rate_limit: {unit: second, requests_per_unit: %d, algorithm: fixed_window, scope: global, floor: 0.05}}
   - {key: user, value: "m*", rate_limit: {period: 10s, requests_per_unit: 1000, algorithm: fixed_window, scope: global, floor: 0.05}}
   - {key: user, value: "r*", rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: fixed_window}}
-`, e2eLimit)
+http:
+  identity: {sources: [{tenant_header: x-tenant-id}]}
+  routes:
+    - name: shared
+      path_prefix: /shared
+      rate_limits: [{name: shared, requests_per_unit: %d, unit: second, algorithm: fixed_window, scope: global, floor: 0.05}]
+`, e2eLimit, e2eLimit)
 
 const (
 	e2eLimit = 300
