@@ -89,6 +89,8 @@ func regionStack(store ratelimit.Store, local redis.UniversalClient, cfg Config,
 			case ctx.Err() != nil:
 			case err != nil:
 				steps.failed.Inc()
+				deps.Logger.Debug("region exchange failed", "key", key, "error", err.Error(),
+					"window", out.Grants.Window, "budget", out.Grants.Budget, "next", out.Grants.Next)
 				warn(err)
 			case out.Owner:
 				steps.ok.Inc()

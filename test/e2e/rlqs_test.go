@@ -199,6 +199,7 @@ type offered struct {
 
 	mu         sync.Mutex
 	sends      []time.Time
+	dones      []time.Time // when each answer came
 	oks        []bool
 	denied     *http.Response // the first denial
 	deniedBody string
@@ -253,6 +254,7 @@ func (l *offered) one(ctx context.Context, sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sends = append(l.sends, sent)
+	l.dones = append(l.dones, time.Now())
 	l.oks = append(l.oks, resp.StatusCode == http.StatusOK)
 	if resp.StatusCode != http.StatusOK && l.denied == nil {
 		l.denied, l.deniedBody = resp, string(body)
@@ -283,6 +285,24 @@ func (l *offered) count(from, to time.Time) (ok, denied int) {
 		}
 	}
 	return ok, denied
+}
+
+// countSettled returns the admitted requests sent in [from, to), and how
+// many of them were answered at or after to (a window's decision may have
+// been the next one's).
+func (l *offered) countSettled(from, to time.Time) (ok, late int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, at := range l.sends {
+		if at.Before(from) || !at.Before(to) || !l.oks[i] {
+			continue
+		}
+		ok++
+		if !l.dones[i].Before(to) {
+			late++
+		}
+	}
+	return ok, late
 }
 
 func (l *offered) sent() int {
