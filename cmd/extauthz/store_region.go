@@ -81,35 +81,48 @@ func regionStack(store ratelimit.Store, local redis.UniversalClient, cfg Config,
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
-	warn := throttledWarn(deps, 10*time.Second)
+	onStep := recordStep(ctx, steps, deps)
 	go func() {
 		defer close(rb.done)
-		ex.Run(ctx, regionParallel, func(key string, out region.Outcome, err error) {
-			switch {
-			case ctx.Err() != nil:
-			case err != nil:
-				steps.failed.Inc()
-				deps.Logger.Debug("region exchange failed", "key", key, "error", err.Error(),
-					"window", out.Grants.Window, "budget", out.Grants.Budget, "next", out.Grants.Next)
-				warn(err)
-			case out.Owner:
-				steps.ok.Inc()
-				deps.Logger.Debug("region exchange", "key", key, "demand", out.Demand, "target", out.Target,
-					"window", out.Grants.Window, "budget", out.Grants.Budget, "next", out.Grants.Next,
-					"early", out.Early, "retry", out.Retry)
-			default:
-				steps.notOwner.Inc()
-			}
-		})
+		ex.Run(ctx, regionParallel, onStep)
 	}()
+	logRegionSettings(cfg, deps)
+	return rb, nil
+}
+
+// recordStep counts each exchange step by result and logs it: every step at
+// debug level, failures also as a warning throttled to one line per 10 s.
+func recordStep(ctx context.Context, steps regionSteps, deps storeDeps) func(string, region.Outcome, error) {
+	warn := throttledWarn(deps, 10*time.Second)
+	return func(key string, out region.Outcome, err error) {
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			steps.failed.Inc()
+			deps.Logger.Debug("region exchange failed", "key", key, "error", err.Error())
+			warn(err)
+		case out.Owner:
+			steps.ok.Inc()
+			deps.Logger.Debug("region exchange", "key", key, "demand", out.Demand, "target", out.Target,
+				"window", out.Grants.Window, "budget", out.Grants.Budget, "next", out.Grants.Next,
+				"early", out.Early, "retry", out.Retry)
+		default:
+			steps.notOwner.Inc()
+		}
+	}
+}
+
+// logRegionSettings logs the settings of global limits, with a warning when
+// the lease is too short for RLQS budgets of them.
+func logRegionSettings(cfg Config, deps storeDeps) {
 	if cfg.RegionLease < rlqsHorizon+cfg.RegionExchangeInterval {
 		deps.Logger.Warn("EXTAUTHZ_REGION_LEASE is shorter than three RLQS ticks and an exchange interval: "+
 			"RLQS budgets of global limits shrink towards the floor near every window's end (docs/multi-region.md)",
 			"lease", cfg.RegionLease, "want_at_least", rlqsHorizon+cfg.RegionExchangeInterval)
 	}
 	deps.Logger.Info("global limits", "region", cfg.Region, "regions", cfg.regionList(),
-		"exchange_interval", cfg.RegionExchangeInterval, "lease", cfg.RegionLease, "solo_interval", cfg.topology().Solo, "global_cluster", cfg.GlobalRedisCluster)
-	return rb, nil
+		"exchange_interval", cfg.RegionExchangeInterval, "lease", cfg.RegionLease, "solo_interval", cfg.topology().Solo,
+		"global_cluster", cfg.GlobalRedisCluster)
 }
 
 // rlqsHorizon is how long an RLQS assignment of a global limit may be
