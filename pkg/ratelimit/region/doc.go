@@ -35,9 +35,11 @@
 // regions that reported by quota.Shares, max-min fair, with the unused part
 // split equally (the fairness of RLQS shares, one code). A key is exchanged
 // every interval, and sooner when the region's count of hits asked, read
-// every quarter interval in the region's Redis, shows its demand moved; none
-// of that touches the bound, which holds whatever demand is reported, and
-// whenever.
+// every quarter interval in the region's Redis, shows its demand moved, or
+// when the next window's grant is due (the store grants two windows only,
+// so a region is granted in every window); a key used in this region only
+// backs off up to Topology.Solo. None of that touches the bound, which holds
+// whatever demand is reported, and whenever.
 //
 // RLQS Envoys of a global limit are given part of the region's cap
 // (Store.QuotaBudget): reserved per window in the region's Redis before it
