@@ -171,21 +171,32 @@ func TestSimRandomDemandAndCuts(t *testing.T) {
 	for range 60 {
 		for _, r := range s.regions {
 			r.rate = float64(rng.IntN(1200))
-			cut := rng.IntN(6) == 0
-			if cut && !r.link.cut.Load() {
-				cutSince[r.name] = s.window()
-			}
-			r.link.cut.Store(cut)
+			s.setCut(r, rng.IntN(6) == 0, cutSince)
 		}
 		s.run(time.Duration(1+rng.IntN(5)) * simInterval)
-		for _, r := range s.regions {
-			if since, ok := cutSince[r.name]; ok && r.link.cut.Load() && s.window() >= since+2 {
-				if got := r.admitted[s.window()]; got > s.rule.FloorHits() {
-					t.Errorf("%s cut off since window %d admitted %d in window %d, above its floor", r.name, since-start, got, s.window()-start)
-				}
-			}
-		}
+		s.checkCutOffAtFloor(cutSince, start)
 	}
 	s.checkNeverOver(start, s.window()+1)
 	t.Logf("per window %v", s.totals(start, s.window()))
+}
+
+// setCut cuts r's link to the global store or restores it, recording in
+// cutSince the window a cut began.
+func (s *sim) setCut(r *simRegion, cut bool, cutSince map[string]int64) {
+	if cut && !r.link.cut.Load() {
+		cutSince[r.name] = s.window()
+	}
+	r.link.cut.Store(cut)
+}
+
+// checkCutOffAtFloor fails for a region cut off since two windows or more
+// that admitted more than its floor in the current window.
+func (s *sim) checkCutOffAtFloor(cutSince map[string]int64, start int64) {
+	for _, r := range s.regions {
+		if since, ok := cutSince[r.name]; ok && r.link.cut.Load() && s.window() >= since+2 {
+			if got := r.admitted[s.window()]; got > s.rule.FloorHits() {
+				s.t.Errorf("%s cut off since window %d admitted %d in window %d, above its floor", r.name, since-start, got, s.window()-start)
+			}
+		}
+	}
 }

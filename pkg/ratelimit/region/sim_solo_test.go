@@ -135,23 +135,15 @@ func TestSimSoloRandomJoinsAndCuts(t *testing.T) {
 			if single && r != alone {
 				r.rate = 0
 			}
-			cut := rng.IntN(8) == 0
-			if cut && !r.link.cut.Load() {
-				cutSince[r.name] = s.window()
-			}
-			r.link.cut.Store(cut)
+			s.setCut(r, rng.IntN(8) == 0, cutSince)
 		}
 		s.run(time.Duration(1+rng.IntN(20)) * simInterval)
 		for _, r := range s.regions {
 			if k, ok := r.ex.keys[s.key]; ok && k.solo >= 2 {
 				backedOff++
 			}
-			if since, ok := cutSince[r.name]; ok && r.link.cut.Load() && s.window() >= since+2 {
-				if got := r.admitted[s.window()]; got > s.rule.FloorHits() {
-					t.Errorf("%s cut off since window %d admitted %d in window %d, above its floor", r.name, since-start, got, s.window()-start)
-				}
-			}
 		}
+		s.checkCutOffAtFloor(cutSince, start)
 	}
 	s.checkNeverOver(start, s.window()+1)
 	t.Logf("per window %v; a region backed off alone at the end of %d of 40 segments", s.totals(start, s.window()), backedOff)
